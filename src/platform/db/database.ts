@@ -1,0 +1,172 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { Kysely, PostgresDialect, type PostgresPool, type Transaction } from 'kysely';
+import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
+import { PGlitePool } from './pglite-pool.ts';
+import type { Pool } from './pool.ts';
+import type { Tables } from './tables.ts';
+
+export type Tx = Transaction<Tables>;
+
+export interface Database {
+  readonly kind: 'pglite' | 'postgres';
+  readonly pool: Pool;
+  readonly kysely: Kysely<Tables>;
+  /** For pg-boss on PostgreSQL, which keeps its own pool; undefined on PGlite. */
+  readonly connectionString?: string;
+  /** Runs `fn` in one transaction: committed when it resolves, rolled back when it throws. */
+  transaction<T>(fn: (trx: Tx) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+export type DatabaseTarget =
+  | { kind: 'postgres'; url: string }
+  /** `dir` undefined: in memory (tests); otherwise a directory that this process owns. */
+  | { kind: 'pglite'; dir?: string };
+
+/** Start-up problems a person must fix; the message says how. */
+export class DatabaseSetupError extends Error {
+  override name = 'DatabaseSetupError';
+}
+
+export const MIN_PGVECTOR = '0.5.0';
+
+const INT8_OID = 20;
+
+export async function openDatabase(target: DatabaseTarget): Promise<Database> {
+  return target.kind === 'postgres' ? openPostgres(target.url) : openPGlite(target.dir);
+}
+
+async function openPostgres(url: string): Promise<Database> {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 10,
+    application_name: 'hark',
+    // PGlite returns bigint (count(*), sums) as numbers; do the same here so
+    // both engines give services one shape. Hark never stores integers beyond
+    // 2^53 (money is in minor units).
+    types: {
+      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+        oid === INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+    },
+  });
+  pool.on('error', () => {
+    // An idle client lost its connection; pg replaces it on next use. Without
+    // this listener the error would crash the process.
+  });
+  try {
+    await pool.query('select 1');
+    await assertPgvectorAvailable(pool, url);
+  } catch (error) {
+    await pool.end();
+    if (error instanceof DatabaseSetupError) throw error;
+    throw new DatabaseSetupError(`cannot connect to PostgreSQL at ${redact(url)}: ${(error as Error).message}`);
+  }
+  const kysely = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  return {
+    kind: 'postgres',
+    pool: pool as unknown as Pool,
+    kysely,
+    connectionString: url,
+    transaction: (fn) => kysely.transaction().execute(fn),
+    close: () => kysely.destroy(),
+  };
+}
+
+async function assertPgvectorAvailable(pool: pg.Pool, url: string): Promise<void> {
+  const { rows } = await pool.query<{ default_version: string; installed_version: string | null }>(
+    `select default_version, installed_version from pg_available_extensions where name = 'vector'`,
+  );
+  const version = rows[0]?.installed_version ?? rows[0]?.default_version;
+  const howTo =
+    'Install pgvector on the database server: on Debian or Ubuntu with PGDG packages `apt-get install postgresql-<major>-pgvector`; ' +
+    'on Debian bookworm (no binary package) run `sudo scripts/install-pgvector.sh` from this repository, which builds it from source; ' +
+    'on a managed PostgreSQL, enable the "vector" extension.';
+  if (!version) {
+    throw new DatabaseSetupError(`PostgreSQL at ${redact(url)} has no pgvector extension (Hark needs vector >= ${MIN_PGVECTOR}). ${howTo}`);
+  }
+  if (compareVersions(version, MIN_PGVECTOR) < 0) {
+    throw new DatabaseSetupError(`PostgreSQL at ${redact(url)} has pgvector ${version}; Hark needs >= ${MIN_PGVECTOR}. ${howTo}`);
+  }
+}
+
+async function openPGlite(dir: string | undefined): Promise<Database> {
+  const releaseLock = dir ? lockDataDir(dir) : () => {};
+  let pool: PGlitePool;
+  try {
+    const db = await PGlite.create({ dataDir: dir, extensions: { vector } });
+    pool = new PGlitePool(db);
+  } catch (error) {
+    releaseLock();
+    throw error;
+  }
+  // Kysely only reads rows and rowCount; our `command` is a plain string.
+  const kysely = new Kysely<Tables>({ dialect: new PostgresDialect({ pool: pool as unknown as PostgresPool }) });
+  return {
+    kind: 'pglite',
+    pool,
+    kysely,
+    transaction: (fn) => pool.guard(() => kysely.transaction().execute(fn)),
+    close: async () => {
+      await kysely.destroy();
+      releaseLock();
+    },
+  };
+}
+
+/**
+ * PGlite files must only ever be opened by one process: a second one would
+ * corrupt them. A lock file with our pid stops a second `npm start` on the same
+ * DATA_DIR with a clear message; a stale lock of a dead process is taken over.
+ */
+function lockDataDir(dir: string): () => void {
+  fs.mkdirSync(dir, { recursive: true });
+  const lockFile = path.join(dir, 'hark.lock');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      fs.writeFileSync(lockFile, String(process.pid), { flag: 'wx' });
+      return () => fs.rmSync(lockFile, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const owner = Number(fs.readFileSync(lockFile, 'utf8'));
+      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner)) {
+        throw new DatabaseSetupError(
+          `the embedded database in ${dir} is in use by process ${owner}; run one process per DATA_DIR, or set DATABASE_URL to share PostgreSQL between processes`,
+        );
+      }
+      fs.rmSync(lockFile, { force: true });
+    }
+  }
+  throw new DatabaseSetupError(`cannot lock the embedded database in ${dir}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export function compareVersions(a: string, b: string): number {
+  const pa = a.split('.').map((n) => parseInt(n, 10) || 0);
+  const pb = b.split('.').map((n) => parseInt(n, 10) || 0);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const diff = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (diff !== 0) return diff;
+  }
+  return 0;
+}
+
+/** Connection strings carry passwords; only host and database are ever shown. */
+export function redact(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname}${parsed.port ? `:${parsed.port}` : ''}${parsed.pathname}`;
+  } catch {
+    return '(unparseable URL)';
+  }
+}

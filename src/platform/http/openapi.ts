@@ -1,0 +1,47 @@
+import type { FastifyInstance } from 'fastify';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { SECURITY_SCHEMES } from './route-config.ts';
+import { ErrorEnvelope } from './schemas.ts';
+
+/**
+ * The OpenAPI 3.1 document is generated from the route schemas and each
+ * route's declared credentials; nothing is written by hand twice. The
+ * reference page serves its assets from node_modules, so it works offline.
+ */
+export async function installOpenApi(app: FastifyInstance, options: { baseUrl: string; version: string }): Promise<void> {
+  app.addSchema(ErrorEnvelope);
+
+  // Must run before routes are added: turns `config.auth` into the operation's `security`.
+  app.addHook('onRoute', (route) => {
+    const auth = route.config?.auth;
+    if (!auth || route.schema?.hide) return;
+    const security = auth === 'none' ? [] : auth.map((kind) => ({ [kind]: [] }));
+    route.schema = { ...route.schema, security };
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Hark API',
+        version: options.version,
+        description:
+          'Open, self-hostable voice-assistant platform. Errors use one envelope: `{error, message, code, details?, requestId?}`; `error` is a stable code, `details` lists invalid fields.',
+        license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
+      },
+      servers: [{ url: options.baseUrl }],
+      components: { securitySchemes: { ...SECURITY_SCHEMES } },
+    },
+    refResolver: {
+      // Shared schemas keep their $id as the component name (ErrorEnvelope, ...).
+      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
+    },
+  });
+  await app.register(swaggerUi, {
+    routePrefix: '/api/docs',
+    staticCSP: true,
+    uiConfig: { deepLinking: true, tryItOutEnabled: true },
+  });
+  app.get('/api/openapi.json', { schema: { hide: true }, config: { auth: 'none' } }, async () => app.swagger());
+}

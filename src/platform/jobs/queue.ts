@@ -1,0 +1,164 @@
+import PgBoss from 'pg-boss';
+import { CompiledQuery } from 'kysely';
+import type { Logger } from 'pino';
+import type { Database, Tx } from '../db/database.ts';
+
+/**
+ * A job type in the catalogue: its queue name, retry and expiry policy, and
+ * the handler that runs in the `work` role. Payloads are JSON objects.
+ */
+export interface JobDefinition<P extends object = object> {
+  name: string;
+  /** Attempts after the first failure before the job is dead-lettered. */
+  retryLimit?: number;
+  /** Seconds before the first retry; doubled on each retry when `retryBackoff`. */
+  retryDelaySeconds?: number;
+  retryBackoff?: boolean;
+  /**
+   * Visibility timeout: a job active for longer (its worker died or hung) is
+   * failed by queue maintenance and retried by another worker.
+   */
+  expireInSeconds?: number;
+  /** Cron expression (minute resolution) for a recurring job. */
+  schedule?: string;
+  /** Jobs of this type run in parallel in one process. */
+  concurrency?: number;
+  handler(payload: P, job: { id: string; retryCount: number }): Promise<void>;
+}
+
+export function defineJob<P extends object>(definition: JobDefinition<P>): JobDefinition<P> {
+  return definition;
+}
+
+export interface SendOptions {
+  /** Enqueue inside this transaction: the job exists only if the transaction commits. */
+  trx?: Tx;
+  startAfterSeconds?: number;
+  /** At most one queued job with this key per queue at a time. */
+  singletonKey?: string;
+}
+
+export const DEAD_LETTER_SUFFIX = '__dead';
+const QUEUE_SCHEMA = 'pgboss';
+
+/**
+ * Durable jobs on the application database, through pg-boss. On PostgreSQL
+ * pg-boss keeps its own small pool; on PGlite it shares the single embedded
+ * connection through our pool, which serialises it with everything else.
+ */
+export class JobQueue {
+  private readonly boss: PgBoss;
+  private readonly definitions = new Map<string, JobDefinition>();
+  private readonly workerIds = new Map<string, string[]>();
+  private started = false;
+  private working = false;
+
+  constructor(
+    private readonly db: Database,
+    private readonly logger: Logger,
+    private readonly options: { maintenanceSeconds: number; work: boolean },
+  ) {
+    const connection: PgBoss.ConstructorOptions =
+      db.kind === 'postgres' && db.connectionString
+        ? { connectionString: db.connectionString, max: 4, application_name: 'hark-jobs' }
+        : { db: { executeSql: (text, values) => db.pool.query(text, values) } };
+    this.boss = new PgBoss({
+      ...connection,
+      schema: QUEUE_SCHEMA,
+      maintenanceIntervalSeconds: options.maintenanceSeconds,
+      // Only the work role keeps the clock for cron schedules.
+      schedule: options.work,
+    });
+    this.boss.on('error', (error) => this.logger.error({ err: error }, 'job queue error'));
+  }
+
+  register(definitions: readonly JobDefinition[]): void {
+    for (const definition of definitions) {
+      if (this.definitions.has(definition.name)) throw new Error(`job ${definition.name} is defined twice`);
+      this.definitions.set(definition.name, definition as JobDefinition);
+    }
+  }
+
+  /** Creates the queues; in the work role, also runs their handlers and cron schedules. */
+  async start(): Promise<void> {
+    await this.boss.start();
+    this.started = true;
+    for (const definition of this.definitions.values()) {
+      const deadLetter = definition.name + DEAD_LETTER_SUFFIX;
+      await this.boss.createQueue(deadLetter, { name: deadLetter, retentionDays: 14 });
+      await this.boss.createQueue(definition.name, {
+        name: definition.name,
+        deadLetter,
+        retryLimit: definition.retryLimit ?? 3,
+        retryDelay: definition.retryDelaySeconds ?? 5,
+        retryBackoff: definition.retryBackoff ?? true,
+        expireInSeconds: definition.expireInSeconds ?? 15 * 60,
+      });
+    }
+    if (!this.options.work) return;
+    for (const definition of this.definitions.values()) {
+      const ids: string[] = [];
+      for (let i = 0; i < (definition.concurrency ?? 1); i++) {
+        ids.push(
+          await this.boss.work<object>(
+            definition.name,
+            { batchSize: 1, pollingIntervalSeconds: 1 },
+            async ([job]) => {
+              if (!job) return;
+              await this.run(definition, job);
+            },
+          ),
+        );
+      }
+      this.workerIds.set(definition.name, ids);
+      if (definition.schedule) await this.boss.schedule(definition.name, definition.schedule, {});
+    }
+    this.working = true;
+  }
+
+  private async run(definition: JobDefinition, job: PgBoss.Job<object>): Promise<void> {
+    const retryCount = (job as { retryCount?: number }).retryCount ?? 0;
+    const started = performance.now();
+    try {
+      await definition.handler(job.data, { id: job.id, retryCount });
+      this.logger.info({ job: definition.name, jobId: job.id, ms: Math.round(performance.now() - started) }, 'job done');
+    } catch (error) {
+      this.logger.warn({ job: definition.name, jobId: job.id, err: error }, 'job failed');
+      throw error;
+    }
+  }
+
+  async send(name: string, payload: object, options: SendOptions = {}): Promise<string | null> {
+    if (!this.definitions.has(name)) throw new Error(`unknown job ${name}`);
+    const sendOptions: PgBoss.SendOptions = {};
+    if (options.startAfterSeconds) sendOptions.startAfter = options.startAfterSeconds;
+    if (options.singletonKey) sendOptions.singletonKey = options.singletonKey;
+    const trx = options.trx;
+    if (trx) {
+      sendOptions.db = {
+        executeSql: async (text, values) => trx.executeQuery(CompiledQuery.raw(text, values ?? [])),
+      };
+    }
+    const id = await this.boss.send(name, payload, sendOptions);
+    // Wake a local worker now instead of at its next poll (a job sent inside
+    // a transaction is found at the next poll, after the commit).
+    if (!trx) for (const workerId of this.workerIds.get(name) ?? []) this.boss.notifyWorker(workerId);
+    return id;
+  }
+
+  /** Direct access for tests and tools: job state, fetch without a handler. */
+  get engine(): PgBoss {
+    return this.boss;
+  }
+
+  get isWorking(): boolean {
+    return this.working;
+  }
+
+  async stop(timeoutMs: number): Promise<void> {
+    if (!this.started) return;
+    this.started = false;
+    this.working = false;
+    await this.boss.stop({ graceful: true, timeout: Math.max(timeoutMs, 1000), wait: true, close: true });
+  }
+}
