@@ -40,7 +40,10 @@ export async function installOpenApi(app: FastifyInstance, options: { baseUrl: s
   });
   await app.register(swaggerUi, {
     routePrefix: '/api/docs',
-    staticCSP: true,
+    // Same-origin only, and without upgrade-insecure-requests, which would
+    // break the page on a plain-http self-hosted address.
+    staticCSP:
+      "default-src 'self'; base-uri 'self'; img-src 'self' data:; font-src 'self' data:; object-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'self'",
     uiConfig: { deepLinking: true, tryItOutEnabled: true },
   });
   app.get('/api/openapi.json', { schema: { hide: true }, config: { auth: 'none' } }, async () => app.swagger());

@@ -1,0 +1,109 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import net from 'node:net';
+import { eventually, scratchDatabase, tempDir } from './helpers.ts';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+interface Server {
+  child: ChildProcess;
+  base: string;
+  logs: () => string[];
+  exited: Promise<number | null>;
+}
+
+/** The real `npm start` entry point, as a separate process. */
+async function startServer(env: Record<string, string>): Promise<Server> {
+  const port = await freePort();
+  const lines: string[] = [];
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    env: { ...process.env, PORT: String(port), LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const base = `http://127.0.0.1:${port}`;
+  await eventually(
+    'server ready',
+    async () => {
+      if (child.exitCode !== null) throw new Error(`server exited early:\n${lines.join('\n')}`);
+      const res = await fetch(`${base}/api/ready`).catch(() => undefined);
+      return res?.status === 200;
+    },
+    60_000,
+  );
+  return { child, base, logs: () => lines, exited };
+}
+
+describe('the server process', () => {
+  test('starts, logs one line per request without secrets, and stops cleanly on SIGTERM; a restart applies no migration', async () => {
+    const data = tempDir();
+    const database = await scratchDatabase();
+    const env = { DATA_DIR: data.dir, DATABASE_URL: database.url ?? '' };
+    try {
+      const first = await startServer(env);
+      const res = await fetch(`${first.base}/api/health?token=sekrit`, { headers: { authorization: 'Bearer svc_live_topsecret', 'x-request-id': 'proc-1' } });
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('x-request-id'), 'proc-1');
+      await eventually('request logged', async () => first.logs().some((l) => l.includes('"reqId":"proc-1"')));
+      const requestLines = first.logs().filter((l) => l.includes('"reqId":"proc-1"'));
+      assert.equal(requestLines.length, 1, requestLines.join('\n'));
+      const line = JSON.parse(requestLines[0]!);
+      assert.equal(line.route, '/api/health');
+      assert.equal(line.status, 200);
+      assert.equal(line.method, 'GET');
+      assert.equal(typeof line.ms, 'number');
+      const all = first.logs().join('\n');
+      assert.doesNotMatch(all, /sekrit|topsecret/);
+      assert.ok(first.logs().some((l) => l.includes('migrations applied')));
+
+      first.child.kill('SIGTERM');
+      assert.equal(await first.exited, 0);
+      assert.ok(first.logs().some((l) => l.includes('"msg":"stopped"')));
+
+      const second = await startServer(env);
+      assert.ok(!second.logs().some((l) => l.includes('migrations applied')), 'nothing to apply on restart');
+      second.child.kill('SIGINT');
+      assert.equal(await second.exited, 0);
+    } finally {
+      await database.drop();
+      data.remove();
+    }
+  });
+
+  test('a second process on the same embedded data directory is refused with one line', async (t) => {
+    if (process.env.DATABASE_URL) {
+      t.diagnostic('PostgreSQL run: the embedded-database lock does not apply');
+      return;
+    }
+    const data = tempDir();
+    try {
+      const first = await startServer({ DATA_DIR: data.dir, DATABASE_URL: '' });
+      const port = await freePort();
+      const second = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+        env: { ...process.env, DATA_DIR: data.dir, DATABASE_URL: '', PORT: String(port) },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let stderr = '';
+      second.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+      const code = await new Promise<number | null>((resolve) => second.on('exit', resolve));
+      assert.equal(code, 1);
+      assert.match(stderr, /hark: the embedded database in .* is in use by process \d+/);
+      first.child.kill('SIGTERM');
+      assert.equal(await first.exited, 0);
+    } finally {
+      data.remove();
+    }
+  });
+});
