@@ -9,6 +9,10 @@ import { installOpenApi } from './platform/http/openapi.ts';
 import { healthRoutes } from './platform/http/health-routes.ts';
 import { blobRoutes } from './platform/storage/blob-routes.ts';
 import { VERSION } from './version.ts';
+import cookie from '@fastify/cookie';
+import { installAuth } from './platform/http/auth.ts';
+import { identityService } from './modules/identity/service.ts';
+import { apiKeyAuthenticator } from './modules/api-keys/authenticate.ts';
 
 /** The HTTP API over an already-started context; tests call this too. */
 export async function buildApp(ctx: AppContext, migrations: Migration[], modules: readonly HarkModule[]): Promise<App> {
@@ -28,7 +32,12 @@ export async function buildApp(ctx: AppContext, migrations: Migration[], modules
 
   installErrorHandling(app);
   installRequestContext(app);
+  await app.register(cookie);
   await installOpenApi(app, { baseUrl: ctx.config.baseUrl, version: VERSION });
+  installAuth(app, {
+    accessToken: (token) => identityService(ctx).verifyAccessToken(token),
+    apiKey: (key, reply) => apiKeyAuthenticator(ctx).authenticate(key, reply),
+  });
 
   healthRoutes(app, ctx, migrations);
   blobRoutes(app, ctx);

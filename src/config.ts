@@ -61,6 +61,7 @@ export const SETTINGS = {
   LEAD_ADS_VERIFY_TOKEN: { default: '', meaning: 'lead-ads webhook verification token' },
   LEAD_ADS_APP_SECRET: { default: '', meaning: 'lead-ads webhook signature secret' },
   SMTP_URL: { default: '', meaning: 'outgoing email (smtp://user:pass@host:port); unset: outbox table only' },
+  EMAIL_FROM: { default: 'Hark <no-reply@localhost>', meaning: 'sender of outgoing email' },
   LOG_LEVEL: { default: 'info', meaning: 'pino level: fatal, error, warn, info, debug, trace, silent' },
   BODY_LIMIT_BYTES: { default: '1048576', meaning: 'largest JSON or form body accepted (uploads have their own limits)' },
   SHUTDOWN_TIMEOUT_MS: { default: '15000', meaning: 'how long graceful shutdown waits for requests and jobs' },
@@ -100,6 +101,7 @@ export interface Config {
   livekit: { url?: string; apiKey?: string; apiSecret?: string };
   leadAds: { verifyToken?: string; appSecret?: string };
   smtpUrl?: string;
+  emailFrom: string;
   logLevel: (typeof LOG_LEVELS)[number];
   bodyLimitBytes: number;
   shutdownTimeoutMs: number;
@@ -237,6 +239,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     leadAds: { verifyToken: optional(env, 'LEAD_ADS_VERIFY_TOKEN'), appSecret: optional(env, 'LEAD_ADS_APP_SECRET') },
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
+    emailFrom: optional(env, 'EMAIL_FROM') ?? 'Hark <no-reply@localhost>',
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
     bodyLimitBytes: integer(env, 'BODY_LIMIT_BYTES', 1_048_576, 1024, 100 * 1_048_576),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 15_000, 0, 600_000),

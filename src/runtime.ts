@@ -10,6 +10,9 @@ import { sweepExpiredJob } from './platform/jobs/sweeper.ts';
 import { deriveKey, loadSecrets } from './platform/crypto/secrets.ts';
 import { createBlobStore } from './platform/storage/index.ts';
 import { buildApp } from './app.ts';
+import { Redis } from 'ioredis';
+import { RateLimits } from './platform/http/rate-limit.ts';
+import { Mailer, sendEmailJob } from './providers/email/index.ts';
 import { MODULES } from './modules/index.ts';
 
 export interface Runtime extends AppContext {
@@ -72,9 +75,15 @@ export async function startRuntime(config: Config, options: RuntimeOptions = {})
     });
     closers.push(() => blobs.close());
 
+    const redis = config.redisUrl ? new Redis(config.redisUrl, { lazyConnect: true, maxRetriesPerRequest: 2 }) : undefined;
+    if (redis) {
+      await redis.connect();
+      closers.push(async () => void (await redis.quit()));
+    }
     const jobs = new JobQueue(db, logger, { maintenanceSeconds: config.jobsMaintenanceSeconds, work: config.roles.has('work') });
-    const ctx: AppContext = { config, logger, db, jobs, blobs, secrets };
-    jobs.register([sweepExpiredJob(db, modules.flatMap((m) => m.expiringRecords ?? []))]);
+    const mailer = new Mailer(jobs, logger, config.smtpUrl);
+    const ctx: AppContext = { config, logger, db, jobs, blobs, secrets, rateLimits: new RateLimits(redis), redis, mailer };
+    jobs.register([sweepExpiredJob(db, modules.flatMap((m) => m.expiringRecords ?? [])), sendEmailJob(db, config.smtpUrl, config.emailFrom)]);
     for (const module of modules) jobs.register(module.jobs?.(ctx) ?? []);
     await jobs.start();
     closers.push(() => jobs.stop(config.shutdownTimeoutMs));

@@ -6,6 +6,9 @@ import type { JobDefinition, JobQueue } from './jobs/queue.ts';
 import type { ExpiringRecords } from './jobs/sweeper.ts';
 import type { Secrets } from './crypto/secrets.ts';
 import type { BlobStore } from './storage/blob-store.ts';
+import type { RateLimits } from './http/rate-limit.ts';
+import type { Redis } from 'ioredis';
+import type { Mailer } from '../providers/email/index.ts';
 
 /** The shared machinery every module's services are built from. */
 export interface AppContext {
@@ -15,6 +18,11 @@ export interface AppContext {
   jobs: JobQueue;
   blobs: BlobStore;
   secrets: Secrets;
+  /** Counters for API-key limits and sign-in throttling (Redis when REDIS_URL is set). */
+  rateLimits: RateLimits;
+  /** Present when REDIS_URL is set. */
+  redis?: Redis;
+  mailer: Mailer;
 }
 
 /**
@@ -26,4 +34,21 @@ export interface HarkModule {
   routes?(app: App, ctx: AppContext): void | Promise<void>;
   jobs?(ctx: AppContext): JobDefinition[];
   expiringRecords?: ExpiringRecords[];
+}
+
+/**
+ * One service instance per running context, created on first use: routes,
+ * jobs, the auth hook and other modules' services share it without a
+ * hand-written wiring list.
+ */
+export function perContext<T>(make: (ctx: AppContext) => T): (ctx: AppContext) => T {
+  const instances = new WeakMap<AppContext, T>();
+  return (ctx) => {
+    let instance = instances.get(ctx);
+    if (instance === undefined) {
+      instance = make(ctx);
+      instances.set(ctx, instance);
+    }
+    return instance;
+  };
 }

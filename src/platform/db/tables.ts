@@ -1,8 +1,11 @@
 import type { Generated } from 'kysely';
+import type { IdentityTables } from '../../modules/identity/tables.ts';
+import type { AccountTables } from '../../modules/accounts/tables.ts';
+import type { ApiKeyTables } from '../../modules/api-keys/tables.ts';
 
 /**
- * Row types of every table, for Kysely. Each module adds its own tables here
- * (one interface per module, merged below) so queries are checked against the
+ * Row types of every table, for Kysely. Each module declares its own tables
+ * next to its SQL; they are merged here so queries are checked against the
  * schema the migrations create.
  */
 export interface PlatformTables {
@@ -14,4 +17,4 @@ export interface PlatformTables {
   };
 }
 
-export type Tables = PlatformTables;
+export interface Tables extends PlatformTables, IdentityTables, AccountTables, ApiKeyTables {}

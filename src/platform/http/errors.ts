@@ -7,6 +7,7 @@ export const ERROR_STATUS = {
   invalid_json: 400,
   bad_request: 400,
   unauthorized: 401,
+  mfa_required: 401,
   insufficient_credits: 402,
   forbidden: 403,
   not_found: 404,
