@@ -60,6 +60,13 @@ export const SETTINGS = {
   LIVEKIT_API_SECRET: { default: '', meaning: 'realtime media server API secret' },
   LEAD_ADS_VERIFY_TOKEN: { default: '', meaning: 'lead-ads webhook verification token' },
   LEAD_ADS_APP_SECRET: { default: '', meaning: 'lead-ads webhook signature secret' },
+  OAUTH_GOOGLE_CLIENT_ID: { default: '', meaning: 'Google sign-in OAuth client id; Google sign-in is on when it and its secret are set' },
+  OAUTH_GOOGLE_CLIENT_SECRET: { default: '', meaning: 'Google sign-in OAuth client secret' },
+  OAUTH_GOOGLE_ISSUER_URL: { default: 'https://accounts.google.com', meaning: 'OpenID Connect issuer for Google sign-in; endpoints come from its /.well-known/openid-configuration' },
+  OAUTH_GITHUB_CLIENT_ID: { default: '', meaning: 'GitHub sign-in OAuth app client id; GitHub sign-in is on when it and its secret are set' },
+  OAUTH_GITHUB_CLIENT_SECRET: { default: '', meaning: 'GitHub sign-in OAuth app client secret' },
+  OAUTH_GITHUB_URL: { default: 'https://github.com', meaning: 'GitHub web address (authorize and token endpoints under /login/oauth)' },
+  OAUTH_GITHUB_API_URL: { default: 'https://api.github.com', meaning: 'GitHub REST API address (/user, /user/emails)' },
   SMTP_URL: { default: '', meaning: 'outgoing email (smtp://user:pass@host:port); unset: outbox table only' },
   EMAIL_FROM: { default: 'Hark <no-reply@localhost>', meaning: 'sender of outgoing email' },
   LOG_LEVEL: { default: 'info', meaning: 'pino level: fatal, error, warn, info, debug, trace, silent' },
@@ -76,6 +83,17 @@ export interface S3Config {
   region: string;
   accessKeyId?: string;
   secretAccessKey?: string;
+}
+
+/** A social sign-in provider that is switched on (client id and secret both set). */
+export interface OAuthClientConfig {
+  clientId: string;
+  clientSecret: string;
+}
+
+export interface OAuthConfig {
+  google?: OAuthClientConfig & { issuerUrl: string };
+  github?: OAuthClientConfig & { url: string; apiUrl: string };
 }
 
 export interface Config {
@@ -100,6 +118,7 @@ export interface Config {
   carrierB: { apiUrl?: string; accountSid?: string; authToken?: string };
   livekit: { url?: string; apiKey?: string; apiSecret?: string };
   leadAds: { verifyToken?: string; appSecret?: string };
+  oauth: OAuthConfig;
   smtpUrl?: string;
   emailFrom: string;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -199,6 +218,29 @@ function s3(env: Env, storage: 'local' | 's3'): S3Config | undefined {
   };
 }
 
+/** Client id and secret of one provider: both or neither, so a half-configured provider fails at start-up. */
+function oauthClient(env: Env, idName: SettingName, secretName: SettingName): OAuthClientConfig | undefined {
+  const clientId = optional(env, idName);
+  const clientSecret = optional(env, secretName);
+  if (!clientId && !clientSecret) return undefined;
+  if (!clientId) throw new ConfigError(idName, `is required when ${secretName} is set`);
+  if (!clientSecret) throw new ConfigError(secretName, `is required when ${idName} is set`);
+  return { clientId, clientSecret };
+}
+
+function oauth(env: Env): OAuthConfig {
+  // URLs are validated even when the provider is off, so a typo shows at once.
+  const issuerUrl = url(env, 'OAUTH_GOOGLE_ISSUER_URL', ['http:', 'https:']) ?? 'https://accounts.google.com';
+  const githubUrl = url(env, 'OAUTH_GITHUB_URL', ['http:', 'https:']) ?? 'https://github.com';
+  const githubApiUrl = url(env, 'OAUTH_GITHUB_API_URL', ['http:', 'https:']) ?? 'https://api.github.com';
+  const google = oauthClient(env, 'OAUTH_GOOGLE_CLIENT_ID', 'OAUTH_GOOGLE_CLIENT_SECRET');
+  const github = oauthClient(env, 'OAUTH_GITHUB_CLIENT_ID', 'OAUTH_GITHUB_CLIENT_SECRET');
+  return {
+    google: google && { ...google, issuerUrl },
+    github: github && { ...github, url: githubUrl, apiUrl: githubApiUrl },
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const port = integer(env, 'PORT', 3000, 0, 65535);
   const host = optional(env, 'HOST') ?? '127.0.0.1';
@@ -238,6 +280,7 @@ export function loadConfig(env: Env = process.env): Config {
       apiSecret: optional(env, 'LIVEKIT_API_SECRET'),
     },
     leadAds: { verifyToken: optional(env, 'LEAD_ADS_VERIFY_TOKEN'), appSecret: optional(env, 'LEAD_ADS_APP_SECRET') },
+    oauth: oauth(env),
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
     emailFrom: optional(env, 'EMAIL_FROM') ?? 'Hark <no-reply@localhost>',
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),

@@ -19,27 +19,30 @@ async function main(): Promise<void> {
     logger.info({ roles: [...config.roles], ms: Math.round(performance.now() - startedAt) }, 'Hark worker ready');
   }
 
+  /** Exits once buffered log lines are written. */
+  const exit = (code: number) => logger.flush(() => process.exit(code));
+
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) {
       logger.warn({ signal }, 'second signal: exiting now');
-      process.exit(1);
+      exit(1);
     }
     stopping = true;
     logger.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
     const deadline = setTimeout(() => {
       logger.error('shutdown took longer than SHUTDOWN_TIMEOUT_MS; exiting');
-      process.exit(1);
+      exit(1);
     }, config.shutdownTimeoutMs + 5000);
     deadline.unref();
     runtime.close().then(
       () => {
         logger.info('stopped');
-        process.exit(0);
+        exit(0);
       },
       (error: unknown) => {
         logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };

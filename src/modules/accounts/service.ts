@@ -138,8 +138,9 @@ export class AccountsService {
     if (existing) return existing;
     return this.db.transaction(async (trx) => {
       // Concurrent requests with one clientToken take turns here; the later
-      // ones then find the workspace the first one created.
-      await sql`select pg_advisory_xact_lock(hashtext(${input.clientToken}))`.execute(trx);
+      // ones then find the workspace the first one created. Lowercased: the
+      // column is a uuid, so one token in two letter cases is one key.
+      await sql`select pg_advisory_xact_lock(hashtext(lower(${input.clientToken})))`.execute(trx);
       const again = await this.onboardingFor(input.clientToken, actor.userId, trx);
       if (again) return again;
       const account = await this.createAccount(trx, actor.userId, input.companyName);
@@ -220,12 +221,19 @@ export class AccountsService {
         .executeTakeFirst();
       if (!invitation) throw new AppError('not_found', 'Invitation not found, expired or already used');
       if (invitation.email.toLowerCase() !== user.email.toLowerCase()) throw new AppError('forbidden', 'This invitation was sent to another email address');
-      const { accountId, role } = invitation.payload as { accountId: string; role: Role };
+      const { accountId, role: invited } = invitation.payload as { accountId: string; role: Role };
       await trx
         .insertInto('memberships')
-        .values({ account_id: accountId, user_id: actor.userId, role })
+        .values({ account_id: accountId, user_id: actor.userId, role: invited })
         .onConflict((oc) => oc.columns(['account_id', 'user_id']).doNothing())
         .execute();
+      // An existing member keeps their role; answer with the role actually held.
+      const { role } = await trx
+        .selectFrom('memberships')
+        .select(['role'])
+        .where('account_id', '=', accountId)
+        .where('user_id', '=', actor.userId)
+        .executeTakeFirstOrThrow();
       await trx.updateTable('one_time_tokens').set({ used_at: new Date() }).where('id', '=', invitation.id).execute();
       const account = await trx.selectFrom('accounts').select(['id', 'slug', 'name']).where('id', '=', accountId).executeTakeFirstOrThrow();
       return { account, role };

@@ -120,14 +120,28 @@ async function openPGlite(dir: string | undefined): Promise<Database> {
  * PGlite files must only ever be opened by one process: a second one would
  * corrupt them. A lock file with our pid stops a second `npm start` on the same
  * DATA_DIR with a clear message; a stale lock of a dead process is taken over.
+ * A lock file with our own pid is stale too (a restarted container is pid 1
+ * again) unless this process holds the directory, which `openDataDirs` tells.
  */
+const openDataDirs = new Set<string>();
+
 function lockDataDir(dir: string): () => void {
   fs.mkdirSync(dir, { recursive: true });
+  const key = fs.realpathSync(dir);
+  if (openDataDirs.has(key)) {
+    throw new DatabaseSetupError(
+      `the embedded database in ${dir} is in use by this process; open it once and share it, or set DATABASE_URL to use PostgreSQL`,
+    );
+  }
   const lockFile = path.join(dir, 'hark.lock');
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       fs.writeFileSync(lockFile, String(process.pid), { flag: 'wx' });
-      return () => fs.rmSync(lockFile, { force: true });
+      openDataDirs.add(key);
+      return () => {
+        openDataDirs.delete(key);
+        fs.rmSync(lockFile, { force: true });
+      };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const owner = Number(fs.readFileSync(lockFile, 'utf8'));

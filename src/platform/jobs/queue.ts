@@ -1,5 +1,5 @@
 import PgBoss from 'pg-boss';
-import { CompiledQuery } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Database, Tx } from '../db/database.ts';
 
@@ -40,6 +40,8 @@ export interface SendOptions {
 
 export const DEAD_LETTER_SUFFIX = '__dead';
 const QUEUE_SCHEMA = 'pgboss';
+// Serialises queue creation between processes; any constant shared by every Hark process ("hrkq").
+const QUEUE_LOCK_KEY = 0x68726b71;
 
 /**
  * Durable jobs on the application database, through pg-boss. On PostgreSQL
@@ -81,8 +83,36 @@ export class JobQueue {
 
   /** Creates the queues; in the work role, also runs their handlers and cron schedules. */
   async start(): Promise<void> {
-    await this.boss.start();
-    this.started = true;
+    try {
+      await this.takingTurns(async () => {
+        await this.boss.start();
+        this.started = true;
+        await this.createQueues();
+      });
+      if (this.options.work) await this.startWorkers();
+    } catch (error) {
+      // The caller only stops a queue that started: leave no pool or timers behind.
+      await this.stop(0).catch(() => {});
+      throw error;
+    }
+  }
+
+  /**
+   * pg-boss creates a queue by inserting its row and then altering the job
+   * table that references it, so two processes starting at the same moment
+   * deadlock on PostgreSQL (pg-boss's own start creates its cron queue the same
+   * way). Start-ups take turns under a transaction-scoped advisory lock; PGlite
+   * has a single process, so nothing to race with there.
+   */
+  private async takingTurns(fn: () => Promise<void>): Promise<void> {
+    if (this.db.kind !== 'postgres') return fn();
+    await this.db.transaction(async (trx) => {
+      await sql`select pg_advisory_xact_lock(${QUEUE_LOCK_KEY})`.execute(trx);
+      await fn();
+    });
+  }
+
+  private async createQueues(): Promise<void> {
     for (const definition of this.definitions.values()) {
       const deadLetter = definition.name + DEAD_LETTER_SUFFIX;
       await this.boss.createQueue(deadLetter, { name: deadLetter, retentionDays: 14 });
@@ -95,14 +125,17 @@ export class JobQueue {
         expireInSeconds: definition.expireInSeconds ?? 15 * 60,
       });
     }
-    if (!this.options.work) return;
+  }
+
+  private async startWorkers(): Promise<void> {
     for (const definition of this.definitions.values()) {
       const ids: string[] = [];
       for (let i = 0; i < (definition.concurrency ?? 1); i++) {
         ids.push(
           await this.boss.work<object>(
             definition.name,
-            { batchSize: 1, pollingIntervalSeconds: 1 },
+            // With metadata, so the handler learns which attempt this is (retryCount).
+            { batchSize: 1, pollingIntervalSeconds: 1, includeMetadata: true },
             async ([job]) => {
               if (!job) return;
               await this.run(definition, job);
@@ -116,8 +149,8 @@ export class JobQueue {
     this.working = true;
   }
 
-  private async run(definition: JobDefinition, job: PgBoss.Job<object>): Promise<void> {
-    const retryCount = (job as { retryCount?: number }).retryCount ?? 0;
+  private async run(definition: JobDefinition, job: PgBoss.JobWithMetadata<object>): Promise<void> {
+    const retryCount = job.retryCount;
     const started = performance.now();
     try {
       await definition.handler(job.data, { id: job.id, retryCount });
