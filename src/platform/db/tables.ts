@@ -2,6 +2,10 @@ import type { Generated } from 'kysely';
 import type { IdentityTables } from '../../modules/identity/tables.ts';
 import type { AccountTables } from '../../modules/accounts/tables.ts';
 import type { ApiKeyTables } from '../../modules/api-keys/tables.ts';
+import type { AssistantTables } from '../../modules/assistants/tables.ts';
+import type { CreditTables } from '../../modules/credits/tables.ts';
+import type { AiTables } from '../../modules/ai/tables.ts';
+import type { FileTables } from '../../modules/files/tables.ts';
 
 /**
  * Row types of every table, for Kysely. Each module declares its own tables
@@ -17,4 +21,12 @@ export interface PlatformTables {
   };
 }
 
-export interface Tables extends PlatformTables, IdentityTables, AccountTables, ApiKeyTables {}
+export interface Tables
+  extends PlatformTables,
+    IdentityTables,
+    AccountTables,
+    ApiKeyTables,
+    AssistantTables,
+    CreditTables,
+    AiTables,
+    FileTables {}
