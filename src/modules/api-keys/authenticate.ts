@@ -3,6 +3,7 @@ import { perContext, type AppContext } from '../../platform/context.ts';
 import { AppError } from '../../platform/http/errors.ts';
 import { API_KEY_PATTERN } from '../../platform/http/auth.ts';
 import { sha256Hex } from '../../platform/crypto/tokens.ts';
+import { apiKeyCache } from './key-cache.ts';
 
 /** `last_used_at` is written at most this often per key, not on every request. */
 const LAST_USED_WRITE_INTERVAL_MS = 60_000;
@@ -21,11 +22,14 @@ export class ApiKeyAuthenticator {
 
   async authenticate(key: string, reply: FastifyReply): Promise<{ apiKeyId: string; accountId: string; scopes: string[] } | null> {
     if (!API_KEY_PATTERN.test(key) || key.length > 100) return null;
-    const row = await this.ctx.db.kysely
-      .selectFrom('api_keys')
-      .select(['id', 'account_id', 'scopes', 'rate_limit_per_hour', 'is_active', 'revoked_at', 'expires_at'])
-      .where('key_hash', '=', sha256Hex(key))
-      .executeTakeFirst();
+    const hash = sha256Hex(key);
+    const row = await apiKeyCache(this.ctx).lookup(hash, () =>
+      this.ctx.db.kysely
+        .selectFrom('api_keys')
+        .select(['id', 'account_id', 'scopes', 'rate_limit_per_hour', 'is_active', 'revoked_at', 'expires_at'])
+        .where('key_hash', '=', hash)
+        .executeTakeFirst(),
+    );
     if (!row || row.revoked_at) return null;
     if (!row.is_active) throw new AppError('unauthorized', 'This API key is disabled');
     if (row.expires_at && row.expires_at <= new Date()) throw new AppError('unauthorized', 'This API key has expired');

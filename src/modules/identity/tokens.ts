@@ -1,3 +1,4 @@
+import { createSecretKey, type KeyObject } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 
 /** Access tokens live 15 minutes; clients refresh with their refresh token. */
@@ -14,10 +15,11 @@ export interface AccessClaims {
 }
 
 export class AccessTokens {
-  private readonly key: Uint8Array;
+  // A KeyObject, imported once: with raw bytes jose re-imports the key on every verification.
+  private readonly key: KeyObject;
 
   constructor(secret: string) {
-    this.key = new TextEncoder().encode(secret);
+    this.key = createSecretKey(Buffer.from(secret, 'utf8'));
   }
 
   async issue(claims: AccessClaims, now = Date.now()): Promise<{ token: string; expiresAt: number }> {

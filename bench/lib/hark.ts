@@ -1,0 +1,88 @@
+import fs from 'node:fs';
+import { createScratchDatabase } from './postgres.ts';
+import { startServer, type ServerProcess } from './server.ts';
+import type { SuiteContext } from './suite.ts';
+
+/** Where a Hark process keeps its data: always a DATA_DIR, plus a database on PostgreSQL. */
+export type Engine = { kind: 'pglite' } | { kind: 'postgres'; adminUrl: string };
+
+export const ENGINE_LABEL: Record<Engine['kind'], string> = { pglite: 'PGlite', postgres: 'PostgreSQL' };
+
+export interface HarkStorage {
+  engine: Engine['kind'];
+  dataDir: string;
+  /** Set on PostgreSQL: a scratch database only this storage uses. */
+  databaseUrl?: string;
+  /** Drops the database and removes the data dir now rather than at the end of the suite. Stop the server first. */
+  release(): Promise<void>;
+}
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+/** A fresh DATA_DIR and, on PostgreSQL, a fresh database: a first start runs every migration. */
+export async function freshStorage(ctx: SuiteContext, engine: Engine): Promise<HarkStorage> {
+  const dataDir = ctx.tempDir(`data-${engine.kind}`);
+  const removeDir = () => fs.rmSync(dataDir, { recursive: true, force: true });
+  if (engine.kind === 'pglite') {
+    ctx.defer(removeDir);
+    return { engine: engine.kind, dataDir, release: async () => removeDir() };
+  }
+  const database = await createScratchDatabase(engine.adminUrl);
+  const release = async () => {
+    await database.drop();
+    removeDir();
+  };
+  ctx.defer(release);
+  return { engine: engine.kind, dataDir, databaseUrl: database.url, release };
+}
+
+/** `npm start` on `storage`, as its own process; stopped when the suite ends if not before. */
+export async function startHark(ctx: SuiteContext, storage: HarkStorage, options: { label: string; logLevel: LogLevel }): Promise<ServerProcess> {
+  const server = await startServer({
+    label: options.label,
+    // The command behind `npm start`, without npm's own process in between.
+    args: ['--import', 'tsx', 'src/main.ts'],
+    cwd: ctx.repoRoot,
+    env: {
+      DATA_DIR: storage.dataDir,
+      // Removed for PGlite, so a DATABASE_URL meant for the benchmark runner does not leak in.
+      DATABASE_URL: storage.databaseUrl,
+      LOG_LEVEL: options.logLevel,
+    },
+    readyPath: '/api/ready',
+    logFile: ctx.logFile(options.label),
+  });
+  ctx.defer(() => server.stop());
+  return server;
+}
+
+/** The bare Fastify baseline (bench/lib/bare-fastify.ts) as its own process. */
+export async function startBareFastify(ctx: SuiteContext, label = 'bare-fastify'): Promise<ServerProcess> {
+  const server = await startServer({
+    label,
+    args: ['--import', 'tsx', 'bench/lib/bare-fastify.ts'],
+    cwd: ctx.repoRoot,
+    env: {},
+    readyPath: '/api/health',
+    logFile: ctx.logFile(label),
+  });
+  ctx.defer(() => server.stop());
+  return server;
+}
+
+/**
+ * The `ms` Hark logs with "Hark API ready": from config loaded to listening,
+ * so it leaves out Node, tsx and module loading. Only logged at info level.
+ */
+export function loggedReadyMs(logFile: string): number | undefined {
+  for (const line of fs.readFileSync(logFile, 'utf8').split('\n')) {
+    if (!line.includes('"Hark API ready"')) continue;
+    try {
+      const entry = JSON.parse(line) as { msg?: unknown; ms?: unknown };
+      if (entry.msg === 'Hark API ready' && typeof entry.ms === 'number') return entry.ms;
+    } catch {
+      // Not a log line (e.g. a stack trace mentioning the message); keep looking.
+    }
+  }
+  return undefined;
+}
