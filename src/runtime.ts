@@ -100,7 +100,8 @@ export async function startRuntime(config: Config, options: RuntimeOptions = {})
     if (app) closers.push(() => app.close());
 
     let closing: Promise<void> | undefined;
-    return { ...ctx, migrations, app, close: () => (closing ??= closeAll()) };
+    // The runtime is the context itself (not a copy), so per-context services are shared with callers.
+    return Object.assign(ctx, { migrations, app, close: () => (closing ??= closeAll()) });
   } catch (error) {
     await closeAll();
     throw error;

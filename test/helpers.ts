@@ -57,23 +57,29 @@ export interface TestRuntime extends Runtime {
 }
 
 /** A full runtime (database, migrations, jobs, blobs, HTTP app) on scratch storage. */
-export async function startTestRuntime(env: Record<string, string> = {}, options: { modules?: HarkModule[] } = {}): Promise<TestRuntime> {
+/**
+ * `modules` are added to the platform's; a module in `replace` takes the place
+ * of the platform module with the same name (e.g. one built with test timings).
+ */
+export async function startTestRuntime(
+  env: Record<string, string> = {},
+  options: { modules?: HarkModule[]; replace?: HarkModule[] } = {},
+): Promise<TestRuntime> {
   const data = tempDir();
   const database = await scratchDatabase();
   const config = testConfig(env, data.dir);
   const runtime = await startRuntime(config, {
     database: database.target,
     logger: pino({ level: 'silent' }),
-    modules: options.modules ? [...MODULES, ...options.modules] : MODULES,
+    modules: [...MODULES.map((m) => options.replace?.find((r) => r.name === m.name) ?? m), ...(options.modules ?? [])],
   });
-  return {
-    ...runtime,
+  return Object.assign(runtime, {
     async destroy() {
       await runtime.close();
       await database.drop();
       data.remove();
     },
-  };
+  });
 }
 
 /** Polls until `probe` returns a truthy value; fails with `what` after `timeoutMs`. */

@@ -1,14 +1,11 @@
 import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import pino from 'pino';
 import { sql } from 'kysely';
 import type { InjectOptions } from 'fastify';
-import { eventually, scratchDatabase, tempDir, testConfig, type TestRuntime } from '../../../test/helpers.ts';
+import { eventually, startTestRuntime, type TestRuntime } from '../../../test/helpers.ts';
 import { bearer, call, createKey, createWorkspace, sessionCookie, signUp, type TestKey, type TestUser, type TestWorkspace } from '../../../test/fixtures.ts';
 import { startFakeWebhookReceiver, unreachableUrl, type FakeWebhookReceiver, type ReceivedRequest } from '../../../test/fake-webhook-receiver.ts';
-import { startRuntime } from '../../runtime.ts';
-import { MODULES } from '../index.ts';
 import { createAssistantsModule } from './index.ts';
 import { assistantWebhooks, DEFAULT_WEBHOOK_OPTIONS, WEBHOOK_DELIVERY_JOB, WEBHOOK_RETRY_LIMIT, webhookDeliveryJob } from './webhooks.ts';
 
@@ -22,22 +19,8 @@ const TIMEOUT_MS = 2_000;
  * The real runtime, with the assistants module's delivery job retrying at
  * once instead of after 1-2 s, 2-4 s, ... (the queue, database and HTTP are real).
  */
-async function startRuntimeWithFastRetries(): Promise<TestRuntime> {
-  const data = tempDir();
-  const database = await scratchDatabase();
-  const runtime = await startRuntime(testConfig({}, data.dir), {
-    database: database.target,
-    logger: pino({ level: 'silent' }),
-    modules: [...MODULES.filter((m) => m.name !== 'assistants'), createAssistantsModule({ retryDelaySeconds: 0, timeoutMs: TIMEOUT_MS })],
-  });
-  return {
-    ...runtime,
-    async destroy() {
-      await runtime.close();
-      await database.drop();
-      data.remove();
-    },
-  };
+function startRuntimeWithFastRetries(): Promise<TestRuntime> {
+  return startTestRuntime({}, { replace: [createAssistantsModule({ retryDelaySeconds: 0, timeoutMs: TIMEOUT_MS })] });
 }
 
 /** What a receiver does: HMAC-SHA256 over "<timestamp>.<raw body>" with the whole secret, compared in constant time. */

@@ -7,7 +7,8 @@ export function randomToken(bytes = 32): string {
 
 /** Hex SHA-256: how bearer secrets (refresh tokens, API keys, one-time links) are stored. */
 export function sha256Hex(value: string | Buffer): string {
-  return crypto.createHash('sha256').update(value).digest('hex');
+  // One-shot crypto.hash skips the Hash object: it runs on every API-key request.
+  return crypto.hash('sha256', value, 'hex');
 }
 
 /** Constant-time comparison that is also safe for inputs of different lengths. */
