@@ -3,6 +3,7 @@ import autocannon from 'autocannon';
 export interface LoadOptions {
   connections: number;
   durationSeconds: number;
+  headers?: Record<string, string>;
 }
 
 export interface LoadResult {
@@ -25,7 +26,7 @@ export async function runLoad(url: string, options: LoadOptions): Promise<LoadRe
   // autocannon's own histogram truncates to whole milliseconds, which puts a
   // fast server's p50 at 0 or 1; its response events carry the exact time.
   const latenciesMs: number[] = [];
-  const run = autocannon({ url, connections: options.connections, duration: options.durationSeconds });
+  const run = autocannon({ url, headers: options.headers, connections: options.connections, duration: options.durationSeconds });
   run.on('response', (_client, statusCode, _bytes, responseTimeMs) => {
     if (statusCode >= 200 && statusCode < 300) latenciesMs.push(responseTimeMs);
   });

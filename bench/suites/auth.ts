@@ -9,10 +9,9 @@
  * endpoint does at least.
  */
 import crypto from 'node:crypto';
-import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage } from '../lib/hark.ts';
-import { percentile } from '../lib/load.ts';
+import { runLoad } from '../lib/load.ts';
 import { fmt, fmtRatio, type Table } from '../lib/markdown.ts';
 import { findPostgres } from '../lib/postgres.ts';
 import { startServer, type ServerProcess } from '../lib/server.ts';
@@ -170,22 +169,8 @@ async function redisUnreachable(url: string): Promise<string | undefined> {
   }
 }
 
-/** Like lib/load.ts runLoad, with request headers (which it does not take). */
-async function load(url: string, headers: Record<string, string>, durationSeconds: number): Promise<Run> {
-  const latenciesMs: number[] = [];
-  const run = autocannon({ url, headers, connections: CONNECTIONS, duration: durationSeconds });
-  run.on('response', (_client, statusCode, _bytes, responseTimeMs) => {
-    if (statusCode >= 200 && statusCode < 300) latenciesMs.push(responseTimeMs);
-  });
-  const result = await run;
-  const sorted = Float64Array.from(latenciesMs).sort();
-  return {
-    requestsPerSecond: result.requests.average,
-    p50Ms: percentile(sorted, 50),
-    p99Ms: percentile(sorted, 99),
-    errors: result.errors,
-    non2xx: result.non2xx,
-  };
+function load(url: string, headers: Record<string, string>, durationSeconds: number): Promise<Run> {
+  return runLoad(url, { connections: CONNECTIONS, durationSeconds, headers });
 }
 
 function table(variant: Variant, pairings: Pairing[], skipped: string[]): Table {
