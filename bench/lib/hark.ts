@@ -1,10 +1,18 @@
 import fs from 'node:fs';
-import { createScratchDatabase } from './postgres.ts';
+import { createScratchDatabase, findPostgres } from './postgres.ts';
 import { startServer, type ServerProcess } from './server.ts';
 import type { SuiteContext } from './suite.ts';
 
 /** Where a Hark process keeps its data: always a DATA_DIR, plus a database on PostgreSQL. */
 export type Engine = { kind: 'pglite' } | { kind: 'postgres'; adminUrl: string };
+
+/** The engines a suite runs on: PGlite always, PostgreSQL when reachable (else a note saying why not). */
+export async function benchEngines(): Promise<{ engines: Engine[]; postgres?: Extract<Engine, { kind: 'postgres' }>; skipped: string[] }> {
+  const found = await findPostgres();
+  if (!found.available) return { engines: [{ kind: 'pglite' }], skipped: [`PostgreSQL rows skipped: ${found.reason}.`] };
+  const postgres = { kind: 'postgres' as const, adminUrl: found.adminUrl };
+  return { engines: [{ kind: 'pglite' }, postgres], postgres, skipped: [] };
+}
 
 export const ENGINE_LABEL: Record<Engine['kind'], string> = { pglite: 'PGlite', postgres: 'PostgreSQL' };
 

@@ -10,10 +10,9 @@
  */
 import crypto from 'node:crypto';
 import { Redis } from 'ioredis';
-import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage } from '../lib/hark.ts';
+import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage, benchEngines } from '../lib/hark.ts';
 import { runLoad } from '../lib/load.ts';
 import { fmt, fmtRatio, type Table } from '../lib/markdown.ts';
-import { findPostgres } from '../lib/postgres.ts';
 import { startServer, type ServerProcess } from '../lib/server.ts';
 import { median, sum } from '../lib/stats.ts';
 import type { Suite, SuiteContext } from '../lib/suite.ts';
@@ -64,16 +63,12 @@ export const auth: Suite = {
   name: 'auth',
   description: 'throughput of an API-key-authenticated read route against the same route without auth (PGlite, PostgreSQL, PostgreSQL + Redis)',
   async run(ctx) {
-    const postgres = await findPostgres();
-    const engines: Engine[] = [{ kind: 'pglite' }];
-    const skipped: string[] = [];
-    if (postgres.available) engines.push({ kind: 'postgres', adminUrl: postgres.adminUrl });
-    else skipped.push(`PostgreSQL rows skipped: ${postgres.reason}.`);
+    const { engines, postgres, skipped } = await benchEngines();
 
     const setups: Setup[] = engines.map((engine) => ({ engine }));
     const redisProblem = await redisUnreachable(REDIS_URL);
-    if (postgres.available && !redisProblem) setups.push({ engine: { kind: 'postgres', adminUrl: postgres.adminUrl }, redisUrl: REDIS_URL });
-    else if (postgres.available) skipped.push(`PostgreSQL + Redis rows skipped: ${redisProblem} (set BENCH_REDIS_URL).`);
+    if (postgres && !redisProblem) setups.push({ engine: postgres, redisUrl: REDIS_URL });
+    else if (postgres) skipped.push(`PostgreSQL + Redis rows skipped: ${redisProblem} (set BENCH_REDIS_URL).`);
 
     const pairings: Pairing[] = [];
     for (const setup of setups) pairings.push(...(await measure(ctx, setup)));

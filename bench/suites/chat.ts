@@ -15,10 +15,9 @@
  */
 import http from 'node:http';
 import autocannon from 'autocannon';
-import { ENGINE_LABEL, freshStorage, type Engine } from '../lib/hark.ts';
+import { ENGINE_LABEL, freshStorage, type Engine, benchEngines } from '../lib/hark.ts';
 import { percentile } from '../lib/load.ts';
 import { fmt, fmtRatio, type Table } from '../lib/markdown.ts';
-import { findPostgres } from '../lib/postgres.ts';
 import { startServer, type ServerProcess } from '../lib/server.ts';
 import { median } from '../lib/stats.ts';
 import type { Suite, SuiteContext } from '../lib/suite.ts';
@@ -102,11 +101,7 @@ export const chat: Suite = {
   name: 'chat',
   description: 'chat proxy overhead: time to first byte and throughput of POST /api/llm/chat against the fake upstream called directly (streaming and non-streaming)',
   async run(ctx) {
-    const postgres = await findPostgres();
-    const engines: Engine[] = [{ kind: 'pglite' }];
-    const skipped: string[] = [];
-    if (postgres.available) engines.push({ kind: 'postgres', adminUrl: postgres.adminUrl });
-    else skipped.push(`PostgreSQL rows skipped: ${postgres.reason}.`);
+    const { engines, skipped } = await benchEngines();
 
     const fake = await startServer({
       label: 'fake-llm-upstream',

@@ -4,10 +4,9 @@
  * compared with Fastify alone. Runs on PGlite and, when reachable, PostgreSQL.
  */
 import { cpuSeconds } from '../lib/cpu.ts';
-import { ENGINE_LABEL, freshStorage, loggedReadyMs, startBareFastify, startHark, type Engine, type LogLevel } from '../lib/hark.ts';
+import { ENGINE_LABEL, freshStorage, loggedReadyMs, startBareFastify, startHark, type Engine, type LogLevel, benchEngines } from '../lib/hark.ts';
 import { runLoad, type LoadResult } from '../lib/load.ts';
 import { fmt, fmtRatio, type Table } from '../lib/markdown.ts';
-import { findPostgres } from '../lib/postgres.ts';
 import { rssMiB } from '../lib/rss.ts';
 import type { ServerProcess } from '../lib/server.ts';
 import { median, sum } from '../lib/stats.ts';
@@ -60,11 +59,7 @@ export const foundation: Suite = {
   name: 'foundation',
   description: 'start-up time, idle and loaded RSS, GET /api/health throughput against bare Fastify (PGlite and PostgreSQL)',
   async run(ctx) {
-    const postgres = await findPostgres();
-    const engines: Engine[] = [{ kind: 'pglite' }];
-    const skipped: string[] = [];
-    if (postgres.available) engines.push({ kind: 'postgres', adminUrl: postgres.adminUrl });
-    else skipped.push(`PostgreSQL rows skipped: ${postgres.reason}.`);
+    const { engines, skipped } = await benchEngines();
 
     const startup = await measureStartup(ctx, engines);
     const load = await measureLoad(ctx, engines);
