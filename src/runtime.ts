@@ -12,6 +12,7 @@ import { createBlobStore } from './platform/storage/index.ts';
 import { buildApp } from './app.ts';
 import { Redis } from 'ioredis';
 import { RateLimits } from './platform/http/rate-limit.ts';
+import { embedderFor } from './providers/embeddings/index.ts';
 import { Mailer, sendEmailJob } from './providers/email/index.ts';
 import { MODULES } from './modules/index.ts';
 
@@ -90,6 +91,8 @@ export async function startRuntime(config: Config, options: RuntimeOptions = {})
     const jobs = new JobQueue(db, logger, { maintenanceSeconds: config.jobsMaintenanceSeconds, work: config.roles.has('work') });
     const mailer = new Mailer(jobs, logger, config.smtpUrl);
     const ctx: AppContext = { config, logger, db, jobs, blobs, secrets, rateLimits: new RateLimits(redis), redis, mailer };
+    // Registered before the job queue's closer, so it runs after it: no job is still embedding when the model worker ends.
+    closers.push(async () => void (await embedderFor(ctx).close?.()));
     jobs.register([sweepExpiredJob(db, modules.flatMap((m) => m.expiringRecords ?? [])), sendEmailJob(db, config.smtpUrl, config.emailFrom)]);
     for (const module of modules) jobs.register(module.jobs?.(ctx) ?? []);
     await jobs.start();

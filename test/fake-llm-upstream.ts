@@ -1,21 +1,26 @@
 /**
- * A small OpenAI-compatible chat-completions server for tests and
- * benchmarks, reached through LLM_BASE_URL like a real upstream
+ * A small OpenAI-compatible chat-completions and embeddings server for
+ * tests and benchmarks, reached through LLM_BASE_URL like a real upstream
  * (`fake.url` ends in /v1, as OpenAI's base URL does).
  *
  * What it answers is set with `fake.set({...})` (in process) or `POST
  * /__fake/behaviour` (when it runs as its own process: `node --import tsx
  * test/fake-llm-upstream.ts` with PORT and HOST). It records every
- * completion request (headers, body) and whether the client closed it
- * before the answer was complete.
+ * completion and embeddings request (headers, body) and whether the client
+ * closed it before the answer was complete.
+ *
+ * POST /v1/embeddings answers `fakeEmbedding(text, dimensions)` for each
+ * input (the behaviour's fail, status, hang, reset and delay modes apply to
+ * it too).
  */
+import crypto from 'node:crypto';
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 
 export interface FakeBehaviour {
   /**
-   * normal: a completion, JSON or SSE by the request's `stream`;
+   * normal: a completion, JSON or SSE by the request's `stream` (embeddings: `fakeEmbedding` of each input);
    * fail: 500 with an OpenAI-style error body;
    * status: `status` with `body` (and `headers`);
    * hang: never answers (until the client closes);
@@ -105,6 +110,42 @@ function streamEvents(model: string, behaviour: FakeBehaviour): Buffer[] {
   return events;
 }
 
+/** text-embedding-3-small's size when a request does not ask for `dimensions`. */
+const DEFAULT_EMBEDDING_DIMENSIONS = 1536;
+
+/**
+ * The deterministic unit vector the fake answers for `text`: numbers drawn
+ * from SHA-256 of the text (so equal texts, and only they, get equal vectors).
+ */
+export function fakeEmbedding(text: string, dimensions = DEFAULT_EMBEDDING_DIMENSIONS): number[] {
+  const values: number[] = [];
+  for (let block = 0; values.length < dimensions; block++) {
+    const digest = crypto.createHash('sha256').update(`${block}\0${text}`).digest();
+    for (let i = 0; i + 4 <= digest.length && values.length < dimensions; i += 4) values.push(digest.readInt32BE(i) / 2 ** 31);
+  }
+  const norm = Math.hypot(...values);
+  return values.map((v) => v / norm);
+}
+
+function embeddingsJson(body: unknown): { status: number; json: string } {
+  const { input, model, dimensions } = (body ?? {}) as { input?: unknown; model?: unknown; dimensions?: unknown };
+  const inputs = typeof input === 'string' ? [input] : input;
+  const size = dimensions === undefined ? DEFAULT_EMBEDDING_DIMENSIONS : dimensions;
+  if (!Array.isArray(inputs) || inputs.length === 0 || !inputs.every((i) => typeof i === 'string') || typeof model !== 'string' || !Number.isInteger(size) || (size as number) < 1) {
+    return { status: 400, json: JSON.stringify({ error: { message: 'input must be a string or a non-empty array of strings, model a string, dimensions a positive integer', type: 'invalid_request_error' } }) };
+  }
+  const tokens = inputs.reduce((sum: number, text: string) => sum + Math.ceil(text.length / 4), 0);
+  return {
+    status: 200,
+    json: JSON.stringify({
+      object: 'list',
+      data: inputs.map((text: string, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, size as number) })),
+      model,
+      usage: { prompt_tokens: tokens, total_tokens: tokens },
+    }),
+  };
+}
+
 /** Resolves on 'drain' or 'close', leaving no listener behind. */
 function drained(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
@@ -162,7 +203,7 @@ export class FakeLlmUpstream {
     return contentOf(this.behaviour);
   }
 
-  /** The latest recorded completion request. */
+  /** The latest recorded request (completion or embeddings). */
   last(): RecordedRequest | undefined {
     return this.requests.at(-1);
   }
@@ -183,7 +224,7 @@ export class FakeLlmUpstream {
       this.set(JSON.parse(raw) as Partial<FakeBehaviour>);
       return void res.end('{}');
     }
-    if (req.method !== 'POST' || path !== '/v1/chat/completions') {
+    if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/embeddings')) {
       res.writeHead(404, { 'content-type': 'application/json' });
       return void res.end(JSON.stringify({ error: { message: `no route ${req.method} ${path}`, type: 'invalid_request_error' } }));
     }
@@ -219,6 +260,7 @@ export class FakeLlmUpstream {
         res.writeHead(behaviour.status, { 'content-type': 'application/json', ...behaviour.headers });
         return void res.end(behaviour.body);
       case 'normal':
+        if (path === '/v1/embeddings') return this.embeddings(res, body);
         return stream ? this.stream(res, model, behaviour) : this.json(res, model, behaviour);
     }
   }
@@ -234,6 +276,12 @@ export class FakeLlmUpstream {
     entry.json ??= Buffer.from(completionJson(model, contentOf(behaviour)));
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': entry.json.length });
     res.end(entry.json);
+  }
+
+  private embeddings(res: ServerResponse, body: unknown): void {
+    const { status, json } = embeddingsJson(body);
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
+    res.end(json);
   }
 
   private async stream(res: ServerResponse, model: string, behaviour: FakeBehaviour): Promise<void> {

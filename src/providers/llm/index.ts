@@ -9,7 +9,7 @@ import { OpenAiCompatibleLlm } from './openai-compatible.ts';
 import type { LlmProvider } from './types.ts';
 
 export * from './types.ts';
-export { OpenAiCompatibleLlm, DEFAULT_LLM_TIMEOUTS, sanitizeUpstreamMessage, type LlmTimeouts } from './openai-compatible.ts';
+export { OpenAiCompatibleLlm, DEFAULT_LLM_TIMEOUTS, errorMessageOf, sanitizeUpstreamMessage, type LlmTimeouts } from './openai-compatible.ts';
 
 /** The process's upstream client (keep-alive connections are shared by every caller). */
 export const llmProvider = perContext((ctx): LlmProvider => new OpenAiCompatibleLlm(ctx.config.llm));

@@ -203,7 +203,7 @@ function classify(error: unknown, signal: AbortSignal | undefined): LlmError {
  * {message}}`, `{error: "..."}` or `{message}`), sanitised; undefined for
  * anything else, so a raw body (an HTML page, a stack trace) never travels on.
  */
-function errorMessageOf(text: string, apiKey: string | undefined): string | undefined {
+export function errorMessageOf(text: string, apiKey: string | undefined): string | undefined {
   let body: unknown;
   try {
     body = JSON.parse(text);

@@ -1,0 +1,158 @@
+import { after, before, beforeEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
+import { FakeLlmUpstream, fakeEmbedding } from '../../../test/fake-llm-upstream.ts';
+import { testConfig } from '../../../test/helpers.ts';
+import type { AppContext } from '../../platform/context.ts';
+import { EMBEDDING_DIMENSIONS, EmbeddingsError, embedderFor, LocalEmbedder, OpenAiEmbedder, type EmbeddingsErrorKind } from './index.ts';
+
+const dot = (a: number[], b: number[]) => a.reduce((sum, x, i) => sum + x * b[i]!, 0);
+const norm = (v: number[]) => Math.sqrt(dot(v, v));
+
+function assertUnitVectors(vectors: number[][], count: number): void {
+  assert.equal(vectors.length, count);
+  for (const vector of vectors) {
+    assert.equal(vector.length, EMBEDDING_DIMENSIONS);
+    assert.ok(Math.abs(norm(vector) - 1) < 1e-6, `norm ${norm(vector)}`);
+  }
+}
+
+function isEmbeddingsError(kind: EmbeddingsErrorKind, status?: number) {
+  return (error: unknown) => error instanceof EmbeddingsError && error.kind === kind && error.details.status === status;
+}
+
+/** Just what embedderFor reads from a context. */
+function contextWith(env: Record<string, string>): AppContext {
+  const ctx: Pick<AppContext, 'config' | 'logger'> = { config: testConfig(env), logger: pino({ level: 'silent' }) };
+  return ctx as AppContext;
+}
+
+describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
+  const embedder = new LocalEmbedder();
+  after(() => embedder.close());
+
+  test('gives 512-number unit vectors in which a paraphrase is closer than an unrelated sentence', async () => {
+    const [cat, paraphrase, unrelated] = await embedder.embed([
+      'The cat is sleeping on the sofa.',
+      'A cat naps on the couch.',
+      'Quarterly revenue grew by ten percent.',
+    ]);
+    assertUnitVectors([cat!, paraphrase!, unrelated!], 3);
+    assert.ok(dot(cat!, paraphrase!) > dot(cat!, unrelated!) + 0.2, `paraphrase ${dot(cat!, paraphrase!)} vs unrelated ${dot(cat!, unrelated!)}`);
+    assert.equal(embedder.model, 'use-lite-512');
+  });
+
+  test('concurrent requests larger than a batch each get their own vectors, in order', async () => {
+    const texts = Array.from({ length: 70 }, (_, i) => `Document chunk number ${i} describes refund rule ${i % 5}.`);
+    const query = 'How do refunds work?';
+    const [many, single, again] = await Promise.all([embedder.embed(texts), embedder.embed([query]), embedder.embed([texts[42]!])]);
+    assertUnitVectors(many, texts.length);
+    const [alone] = await embedder.embed([query]);
+    assert.ok(dot(single[0]!, alone!) > 0.9999, 'a query batched with chunks gets the vector it gets alone');
+    assert.ok(dot(again[0]!, many[42]!) > 0.9999, 'vectors come back in input order');
+    assert.deepEqual(await embedder.embed([]), []);
+  });
+
+  test('close() fails waiting requests and a later request starts the model again', async () => {
+    const waiting = assert.rejects(embedder.embed(Array.from({ length: 100 }, (_, i) => `Sentence ${i}.`)), isEmbeddingsError('closed'));
+    await embedder.close();
+    await waiting;
+    assertUnitVectors(await embedder.embed(['Back again.']), 1);
+  });
+
+  test('under node --import tsx, a script that never closes the embedder still exits', () => {
+    const script = `
+      import { LocalEmbedder } from ${JSON.stringify(fileURLToPath(new URL('./local.ts', import.meta.url)))};
+      const [vector] = await new LocalEmbedder().embed(['hello world']);
+      console.log(vector.length);
+    `;
+    const child = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(child.status, 0, child.stderr);
+    assert.equal(child.stdout.trim(), String(EMBEDDING_DIMENSIONS));
+  });
+});
+
+describe('OpenAI-compatible embedder', () => {
+  let fake: FakeLlmUpstream;
+  before(async () => {
+    fake = await FakeLlmUpstream.start();
+  });
+  after(() => fake.close());
+  beforeEach(() => fake.reset());
+
+  test('asks {LLM_BASE_URL}/embeddings for 512 dimensions with the Bearer key and returns the vectors in order', async () => {
+    const embedder = new OpenAiEmbedder({ baseUrl: fake.url, apiKey: 'up-key' });
+    const texts = ['first text', 'second text'];
+    const vectors = await embedder.embed(texts);
+    assertUnitVectors(vectors, 2);
+    texts.forEach((text, i) => assert.ok(dot(vectors[i]!, fakeEmbedding(text, EMBEDDING_DIMENSIONS)) > 0.999999));
+    const request = fake.last()!;
+    assert.equal(request.method, 'POST');
+    assert.equal(request.path, '/v1/embeddings');
+    assert.equal(request.headers.authorization, 'Bearer up-key');
+    assert.deepEqual(request.body, { model: 'text-embedding-3-small', input: texts, dimensions: 512, encoding_format: 'float' });
+    assert.equal(embedder.model, 'openai:text-embedding-3-small@512');
+  });
+
+  test('splits long lists into several requests', async () => {
+    const texts = ['a', 'b', 'c', 'd', 'e'];
+    const vectors = await new OpenAiEmbedder({ baseUrl: fake.url }, { maxInputsPerRequest: 2 }).embed(texts);
+    assert.deepEqual(fake.requests.map((r) => (r.body as { input: string[] }).input), [['a', 'b'], ['c', 'd'], ['e']]);
+    texts.forEach((text, i) => assert.ok(dot(vectors[i]!, fakeEmbedding(text, EMBEDDING_DIMENSIONS)) > 0.999999));
+    assert.equal(fake.last()!.headers.authorization, undefined, 'no key configured, none sent');
+  });
+
+  test('upstream errors become typed errors without the key', async () => {
+    const embedder = new OpenAiEmbedder({ baseUrl: fake.url, apiKey: 'sk-secret-key-123' });
+    fake.set({ mode: 'fail' });
+    await assert.rejects(embedder.embed(['x']), (error: unknown) => isEmbeddingsError('http', 500)(error) && /fake internal detail/.test((error as EmbeddingsError).details.upstreamMessage ?? ''));
+    fake.set({ mode: 'status', status: 401, body: JSON.stringify({ error: { message: 'Incorrect API key provided: sk-secret-key-123' } }) });
+    await assert.rejects(embedder.embed(['x']), (error: unknown) => {
+      assert.ok(isEmbeddingsError('http', 401)(error));
+      assert.ok(!JSON.stringify({ message: (error as Error).message, ...(error as EmbeddingsError).details }).includes('sk-secret-key-123'));
+      return true;
+    });
+  });
+
+  test('answers that are not the embeddings asked for are refused', async () => {
+    const embedder = new OpenAiEmbedder({ baseUrl: fake.url });
+    const answers = [
+      '<html>not an API</html>',
+      JSON.stringify({ data: [] }),
+      JSON.stringify({ data: [{ index: 0, embedding: [0.6, 0.8] }] }),
+      JSON.stringify({ data: [{ index: 0, embedding: new Array(EMBEDDING_DIMENSIONS).fill(0) }] }),
+    ];
+    for (const body of answers) {
+      fake.set({ mode: 'status', status: 200, body });
+      await assert.rejects(embedder.embed(['x']), isEmbeddingsError('invalid_response'), body.slice(0, 40));
+    }
+  });
+
+  test('a silent upstream times out, an absent one is unreachable, a missing base URL is not configured', async () => {
+    fake.set({ mode: 'hang' });
+    await assert.rejects(new OpenAiEmbedder({ baseUrl: fake.url }, { timeoutMs: 200 }).embed(['x']), isEmbeddingsError('timeout'));
+
+    const closedPort = await new Promise<number>((resolve) => {
+      const server = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as net.AddressInfo;
+        server.close(() => resolve(port));
+      });
+    });
+    await assert.rejects(new OpenAiEmbedder({ baseUrl: `http://127.0.0.1:${closedPort}/v1` }).embed(['x']), isEmbeddingsError('unreachable'));
+    await assert.rejects(new OpenAiEmbedder({}).embed(['x']), isEmbeddingsError('not_configured'));
+  });
+});
+
+describe('embedderFor', () => {
+  test('chooses by EMBEDDINGS_PROVIDER and gives each context one embedder', async () => {
+    const local = contextWith({});
+    assert.ok(embedderFor(local) instanceof LocalEmbedder);
+    assert.equal(embedderFor(local), embedderFor(local));
+    const openai = embedderFor(contextWith({ EMBEDDINGS_PROVIDER: 'openai', LLM_BASE_URL: 'http://127.0.0.1:9/v1' }));
+    assert.ok(openai instanceof OpenAiEmbedder);
+    await embedderFor(local).close?.();
+  });
+});
