@@ -24,6 +24,8 @@ const ROLE_NAMES = ['serve', 'work'] as const;
 export type Role = (typeof ROLE_NAMES)[number];
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 const CARRIERS = ['sandbox', 'carrier-a', 'carrier-b'] as const;
+/** §8: a knowledge-base file is at most 1 GiB; KB_MAX_FILE_BYTES can lower it, never raise it. */
+export const KB_FILE_LIMIT_BYTES = 1024 * 1024 * 1024;
 
 /** Every variable Hark reads, with its default as documented (the README table mirrors this). */
 export const SETTINGS = {
@@ -73,6 +75,8 @@ export const SETTINGS = {
   BODY_LIMIT_BYTES: { default: '1048576', meaning: 'largest JSON or form body accepted (uploads have their own limits)' },
   SHUTDOWN_TIMEOUT_MS: { default: '15000', meaning: 'how long graceful shutdown waits for requests and jobs' },
   JOBS_MAINTENANCE_SECONDS: { default: '30', meaning: 'how often the queue expires stuck jobs (held by a dead worker) and schedules retries' },
+  KB_MAX_FILE_BYTES: { default: '1073741824', meaning: 'largest knowledge-base upload in bytes (§8: 1 GiB); may only be lowered' },
+  KB_MAX_TEXT_CHARS: { default: '10000000', meaning: 'a knowledge-base file whose extracted text is longer fails processing instead of exhausting memory' },
 } as const;
 
 export type SettingName = keyof typeof SETTINGS;
@@ -125,6 +129,7 @@ export interface Config {
   bodyLimitBytes: number;
   shutdownTimeoutMs: number;
   jobsMaintenanceSeconds: number;
+  kb: { maxFileBytes: number; maxTextChars: number };
 }
 
 function optional(env: Env, name: SettingName): string | undefined {
@@ -287,5 +292,9 @@ export function loadConfig(env: Env = process.env): Config {
     bodyLimitBytes: integer(env, 'BODY_LIMIT_BYTES', 1_048_576, 1024, 100 * 1_048_576),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 15_000, 0, 600_000),
     jobsMaintenanceSeconds: integer(env, 'JOBS_MAINTENANCE_SECONDS', 30, 1, 3600),
+    kb: {
+      maxFileBytes: integer(env, 'KB_MAX_FILE_BYTES', KB_FILE_LIMIT_BYTES, 1, KB_FILE_LIMIT_BYTES),
+      maxTextChars: integer(env, 'KB_MAX_TEXT_CHARS', 10_000_000, 1, 1_000_000_000),
+    },
   };
 }

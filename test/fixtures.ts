@@ -115,3 +115,32 @@ export async function createKey(rt: TestRuntime, by: TestUser, workspace: TestWo
   const res = await call(rt, { method: 'POST', url: '/api/api-keys', headers: bearer(by.accessToken), payload: { accountSlug: workspace.slug, name: 'test key', ...body } });
   return res.json().apiKey as TestKey;
 }
+
+/**
+ * POST /api/kb/files with `bytes` as the one `file` part. `token` is an API
+ * key or a user's access token (Bearer); users name the workspace with `accountSlug`.
+ */
+export async function uploadKbFile(
+  rt: TestRuntime,
+  token: string,
+  file: { bytes: Buffer | string; filename: string },
+  accountSlug?: string,
+): Promise<LightMyRequestResponse> {
+  const body = new FormData();
+  body.append('file', new Blob([file.bytes]), file.filename);
+  const query = accountSlug === undefined ? '' : `?accountSlug=${encodeURIComponent(accountSlug)}`;
+  return rt.app!.inject({ method: 'POST', url: `/api/kb/files${query}`, headers: bearer(token), payload: body });
+}
+
+/** Polls a knowledge-base file until its status is one of `statuses`; returns the §2.5 file. */
+export async function kbFileReaches(rt: TestRuntime, token: string, fileId: string, statuses: readonly string[] = ['ready', 'failed'], timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await rt.app!.inject({ method: 'GET', url: `/api/kb/files/${fileId}`, headers: bearer(token) });
+    assert.equal(res.statusCode, 200, res.body);
+    const file = res.json().file as { status: string; [field: string]: unknown };
+    if (statuses.includes(file.status)) return file;
+    if (Date.now() > deadline) throw new Error(`file ${fileId} is still ${file.status}, waited for ${statuses.join(' or ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

@@ -6,6 +6,7 @@ import { assistantsModule } from './assistants/index.ts';
 import { creditsModule } from './credits/index.ts';
 import { filesModule } from './files/index.ts';
 import { aiModule } from './ai/index.ts';
+import { knowledgeBaseModule } from './knowledge-base/index.ts';
 
 /** Every domain module, in the order their routes are registered. */
-export const MODULES: HarkModule[] = [identityModule, accountsModule, apiKeysModule, assistantsModule, creditsModule, filesModule, aiModule];
+export const MODULES: HarkModule[] = [identityModule, accountsModule, apiKeysModule, assistantsModule, creditsModule, filesModule, aiModule, knowledgeBaseModule];

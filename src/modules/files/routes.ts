@@ -1,12 +1,11 @@
-import multipart from '@fastify/multipart';
-import type { FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
-import { FILE_MESSAGES, MAX_FILE_BYTES, MAX_NAME_LENGTH, URL_TTL_SECONDS, filesService, type UploadPart } from './service.ts';
+import { multipartErrorCode, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
+import { FILE_MESSAGES, MAX_FILE_BYTES, MAX_NAME_LENGTH, URL_TTL_SECONDS, filesService } from './service.ts';
 
 /**
  * §4.6, §5 rule 9: signed-in people only (the session cookie, or the same
@@ -71,14 +70,12 @@ const MULTIPART_LIMITS = {
   // Enough for a UUID or a 255-character name in any script (4 bytes a character).
   fieldSize: 4 * MAX_NAME_LENGTH + 64,
   parts: 12,
-  headerPairs: 50,
 };
 
 /** @fastify/multipart errors as our client errors; anything else it raises comes from a malformed body. */
 function multipartError(error: unknown): unknown {
   if (error instanceof AppError) return error;
-  const code = (error as { code?: string }).code;
-  switch (code) {
+  switch (multipartErrorCode(error)) {
     case 'FST_REQ_FILE_TOO_LARGE':
       return new AppError('bad_request', FILE_MESSAGES.tooLarge);
     case 'FST_FILES_LIMIT':
@@ -91,29 +88,12 @@ function multipartError(error: unknown): unknown {
   }
 }
 
-/** The request's parts in arrival order, in the service's terms. */
-async function* uploadParts(request: FastifyRequest): AsyncGenerator<UploadPart> {
-  try {
-    for await (const part of request.parts()) {
-      if (part.type === 'file') {
-        // busboy reports `filename=""` (a form with no file chosen) as no name at all, despite the typings.
-        const filename = (part.filename as string | undefined) ?? '';
-        yield { kind: 'file', field: part.fieldname, filename, mimetype: part.mimetype, stream: part.file };
-      } else {
-        yield { kind: 'field', name: part.fieldname, value: String(part.value), truncated: part.valueTruncated };
-      }
-    }
-  } catch (error) {
-    throw multipartError(error);
-  }
-}
-
 export async function fileRoutes(app: App, ctx: AppContext): Promise<void> {
   const files = filesService(ctx);
 
-  // An encapsulated scope: the multipart parser and its limits apply to these routes only.
+  // An encapsulated scope: the multipart parser, its limits and the draining of refused uploads apply to these routes only.
   await app.register(async (plugin) => {
-    await plugin.register(multipart, { limits: MULTIPART_LIMITS });
+    await registerMultipart(plugin, MULTIPART_LIMITS);
     const scope = plugin.withTypeProvider<TypeBoxTypeProvider>();
 
     scope.post(
@@ -136,7 +116,7 @@ export async function fileRoutes(app: App, ctx: AppContext): Promise<void> {
         if (!request.isMultipart()) {
           throw new AppError('unsupported_media_type', 'Send the file as multipart/form-data with the fields file and accountId');
         }
-        return { data: await files.upload(actorOf(request), uploadParts(request)) };
+        return { data: await files.upload(actorOf(request), multipartParts(request, multipartError)) };
       },
     );
 

@@ -6,6 +6,7 @@ import type { AssistantTables } from '../../modules/assistants/tables.ts';
 import type { CreditTables } from '../../modules/credits/tables.ts';
 import type { AiTables } from '../../modules/ai/tables.ts';
 import type { FileTables } from '../../modules/files/tables.ts';
+import type { KnowledgeBaseTables } from '../../modules/knowledge-base/tables.ts';
 
 /**
  * Row types of every table, for Kysely. Each module declares its own tables
@@ -29,4 +30,5 @@ export interface Tables
     AssistantTables,
     CreditTables,
     AiTables,
-    FileTables {}
+    FileTables,
+    KnowledgeBaseTables {}

@@ -1,0 +1,151 @@
+import type { AppContext } from '../../platform/context.ts';
+import type { Actor } from '../../platform/http/auth.ts';
+import { AppError } from '../../platform/http/errors.ts';
+import { compareVersions } from '../../platform/db/database.ts';
+import type { Embedder } from '../../providers/embeddings/index.ts';
+import { assistantsService } from '../assistants/service.ts';
+import { chunksAt, keywordSearch, pgvectorVersion, searchableFiles, semanticSearch, type ChunkHit } from './search-queries.ts';
+
+export const SEARCH_MODES = ['hybrid', 'semantic', 'keyword'] as const;
+export type SearchMode = (typeof SEARCH_MODES)[number];
+export const MAX_QUERY_CHARS = 2000;
+export const MAX_TOP_K = 20;
+export const DEFAULT_TOP_K = 6;
+/** Reciprocal rank fusion constant (Cormack et al.): a hit's score is Σ 1 / (k + rank) over the lists that ranked it. */
+export const RRF_K = 60;
+/** Each list contributes this many candidates per requested hit to the fusion. */
+const CANDIDATES_PER_HIT = 5;
+
+export type SearchReason = 'no_files_attached' | 'no_ready_files' | 'no_matches';
+export type MatchType = 'semantic' | 'keyword';
+
+/** §2.5 search hit. */
+export interface SearchHit {
+  rank: number;
+  file_id: string;
+  filename: string;
+  chunk_index: number;
+  page_number: number | null;
+  content: string;
+  similarity: number;
+  match_type: MatchType;
+  adjacent: boolean;
+}
+
+export interface SearchInput {
+  assistant_id: string;
+  query: string;
+  top_k?: number;
+  mode?: SearchMode;
+  accountSlug?: string;
+}
+
+const key = (hit: { file_id: string; chunk_index: number }) => `${hit.file_id}:${hit.chunk_index}`;
+
+/**
+ * Reciprocal rank fusion of the semantic and keyword lists: the top `topK`
+ * by fused score (ties: better semantic rank, then position), each marked
+ * `semantic` when the vector search ranked it and `keyword` when only the
+ * full-text search did.
+ */
+export function fuse(semantic: ChunkHit[], keyword: ChunkHit[], topK: number): Array<ChunkHit & { match_type: MatchType }> {
+  const fused = new Map<string, { hit: ChunkHit; score: number; semanticRank: number; match_type: MatchType }>();
+  semantic.forEach((hit, i) => fused.set(key(hit), { hit, score: 1 / (RRF_K + i + 1), semanticRank: i, match_type: 'semantic' }));
+  keyword.forEach((hit, i) => {
+    const entry = fused.get(key(hit));
+    if (entry) entry.score += 1 / (RRF_K + i + 1);
+    else fused.set(key(hit), { hit, score: 1 / (RRF_K + i + 1), semanticRank: Number.POSITIVE_INFINITY, match_type: 'keyword' });
+  });
+  return [...fused.values()]
+    .sort((a, b) => b.score - a.score || a.semanticRank - b.semanticRank || a.hit.file_id.localeCompare(b.hit.file_id) || a.hit.chunk_index - b.hit.chunk_index)
+    .slice(0, topK)
+    .map(({ hit, match_type }) => ({ ...hit, match_type }));
+}
+
+export class KnowledgeBaseSearch {
+  private iterativeScan?: Promise<boolean>;
+
+  constructor(
+    private readonly ctx: AppContext,
+    private readonly embedder: (ctx: AppContext) => Embedder,
+  ) {}
+
+  /**
+   * POST /api/kb/search over the ready files attached to the assistant. The
+   * primary hits come first (rank 1..), then the chunks right before and
+   * after each primary that are not hits themselves (`adjacent: true`), in
+   * the order of their primaries; ranks number the whole list.
+   */
+  async search(actor: Actor, input: SearchInput): Promise<{ hits: SearchHit[]; reason?: SearchReason }> {
+    if (input.query.trim() === '') {
+      throw new AppError('validation_failed', 'Invalid body: query must not be blank', [{ field: 'query', message: 'must not be blank' }]);
+    }
+    const account = await assistantsService(this.ctx).locate(actor, input.assistant_id, input.accountSlug);
+    const db = this.ctx.db.kysely;
+    const files = await searchableFiles(db, account.id, input.assistant_id);
+    if (files.attached === 0) return { hits: [], reason: 'no_files_attached' };
+    if (files.ready.length === 0) return { hits: [], reason: 'no_ready_files' };
+
+    const topK = input.top_k ?? DEFAULT_TOP_K;
+    const mode = input.mode ?? 'hybrid';
+    const embedder = this.embedder(this.ctx);
+    const [vector] = await embedder.embed([input.query]);
+    if (!vector) throw new Error('the embedder returned no vector for the query');
+    const fileIds = files.ready.map((f) => f.id);
+    const candidates = topK * CANDIDATES_PER_HIT;
+    const iterativeScan = await this.supportsIterativeScan();
+
+    const semantic =
+      mode === 'keyword'
+        ? []
+        : await this.ctx.db.transaction((trx) =>
+            semanticSearch(trx, {
+              fileIds,
+              candidateChunks: files.ready.reduce((sum, f) => sum + f.chunk_count, 0),
+              vector,
+              model: embedder.model,
+              limit: candidates,
+              iterativeScan,
+            }),
+          );
+    const keyword = mode === 'semantic' ? [] : await keywordSearch(db, { fileIds, text: input.query, vector, limit: candidates });
+    const primaries = fuse(semantic, keyword, topK);
+    if (primaries.length === 0) return { hits: [], reason: 'no_matches' };
+
+    const present = new Set(primaries.map(key));
+    const wanted: Array<{ fileId: string; chunkIndex: number; match_type: MatchType }> = [];
+    for (const hit of primaries) {
+      for (const chunkIndex of [hit.chunk_index - 1, hit.chunk_index + 1]) {
+        const position = `${hit.file_id}:${chunkIndex}`;
+        if (chunkIndex < 0 || present.has(position)) continue;
+        present.add(position);
+        wanted.push({ fileId: hit.file_id, chunkIndex, match_type: hit.match_type });
+      }
+    }
+    const neighbours = new Map((await chunksAt(db, wanted, vector)).map((hit) => [key(hit), hit]));
+    const adjacent = wanted.flatMap((w) => {
+      const hit = neighbours.get(`${w.fileId}:${w.chunkIndex}`);
+      return hit ? [{ ...hit, match_type: w.match_type, adjacent: true }] : [];
+    });
+
+    const hits = [...primaries.map((hit) => ({ ...hit, adjacent: false })), ...adjacent].map(
+      (hit, i): SearchHit => ({
+        rank: i + 1,
+        file_id: hit.file_id,
+        filename: hit.filename,
+        chunk_index: hit.chunk_index,
+        page_number: hit.page_number,
+        content: hit.content,
+        similarity: Number(hit.similarity),
+        match_type: hit.match_type,
+        adjacent: hit.adjacent,
+      }),
+    );
+    return { hits };
+  }
+
+  private supportsIterativeScan(): Promise<boolean> {
+    this.iterativeScan ??= pgvectorVersion(this.ctx.db.kysely).then((version) => compareVersions(version, '0.8.0') >= 0);
+    return this.iterativeScan;
+  }
+}
