@@ -4,20 +4,15 @@
  * --write, appends them as a dated section to bench/RESULTS.md. Progress goes
  * to stderr. Exits 1 when a suite fails; nothing is written then.
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Cleanup, runOnInterrupt } from './lib/cleanup.ts';
 import { renderTable } from './lib/markdown.ts';
+import { REPO_ROOT, RESULTS_FILE, resultsSectionHeader } from './lib/results.ts';
 import type { Suite, SuiteContext } from './lib/suite.ts';
 import { SUITES } from './suites/index.ts';
-
-const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
-const REPO_ROOT = path.resolve(BENCH_DIR, '..');
-const RESULTS_FILE = path.join(BENCH_DIR, 'RESULTS.md');
 
 const RESULTS_HEADER = `# Benchmark results
 
@@ -94,7 +89,7 @@ async function main(): Promise<number> {
   }
 
   if (rendered.length === 0) return 1;
-  const section = [sectionHeader(startedAt, selected), ...rendered].join('\n\n') + '\n';
+  const section = [resultsSectionHeader(startedAt, selected.map((suite) => suite.name).join(', '), commandLine()), ...rendered].join('\n\n') + '\n';
   process.stdout.write(section);
   if (values.write) {
     if (failed) {
@@ -136,33 +131,11 @@ async function runSuite(suite: Suite, tempRoot: string): Promise<string | undefi
   }
 }
 
-function sectionHeader(startedAt: Date, suites: readonly Suite[]): string {
-  const date = `${startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
-  const cpu = os.cpus()[0]?.model.trim() ?? 'unknown CPU';
-  return [
-    `## ${date}: ${suites.map((suite) => suite.name).join(', ')}`,
-    '',
-    `- command: \`${commandLine()}\``,
-    `- node ${process.version}, nproc ${os.availableParallelism()}, ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM`,
-    `- commit ${gitRevision()}`,
-  ].join('\n');
-}
-
 /** How this run was started, to paste into a shell. */
 function commandLine(): string {
   const args = process.argv.slice(2);
   if (process.env.npm_lifecycle_event === 'bench') return ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return ['node --import tsx bench/run.ts', ...args].join(' ');
-}
-
-function gitRevision(): string {
-  try {
-    const git = (...args: string[]) => execFileSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    const dirty = git('status', '--porcelain') !== '';
-    return `${git('rev-parse', '--short', 'HEAD')}${dirty ? ' with uncommitted changes' : ''}`;
-  } catch {
-    return 'unknown (not a git checkout)';
-  }
 }
 
 process.exitCode = await main();

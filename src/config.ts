@@ -75,6 +75,10 @@ export const SETTINGS = {
   BODY_LIMIT_BYTES: { default: '1048576', meaning: 'largest JSON or form body accepted (uploads have their own limits)' },
   SHUTDOWN_TIMEOUT_MS: { default: '15000', meaning: 'how long graceful shutdown waits for requests and jobs' },
   JOBS_MAINTENANCE_SECONDS: { default: '30', meaning: 'how often the queue expires stuck jobs (held by a dead worker) and schedules retries' },
+  JOBS_EXPIRE_SECONDS: {
+    default: '',
+    meaning: 'cap on how long a job may stay active before it is taken as dead and delivered again (unset: each job type\'s own, e.g. 30 min for knowledge-base files)',
+  },
   KB_MAX_FILE_BYTES: { default: '1073741824', meaning: 'largest knowledge-base upload in bytes (§8: 1 GiB); may only be lowered' },
   KB_MAX_TEXT_CHARS: { default: '10000000', meaning: 'a knowledge-base file whose extracted text is longer fails processing instead of exhausting memory' },
 } as const;
@@ -129,6 +133,8 @@ export interface Config {
   bodyLimitBytes: number;
   shutdownTimeoutMs: number;
   jobsMaintenanceSeconds: number;
+  /** Undefined: each job type keeps its own expiry. */
+  jobsExpireSeconds?: number;
   kb: { maxFileBytes: number; maxTextChars: number };
 }
 
@@ -292,6 +298,7 @@ export function loadConfig(env: Env = process.env): Config {
     bodyLimitBytes: integer(env, 'BODY_LIMIT_BYTES', 1_048_576, 1024, 100 * 1_048_576),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 15_000, 0, 600_000),
     jobsMaintenanceSeconds: integer(env, 'JOBS_MAINTENANCE_SECONDS', 30, 1, 3600),
+    jobsExpireSeconds: optional(env, 'JOBS_EXPIRE_SECONDS') === undefined ? undefined : integer(env, 'JOBS_EXPIRE_SECONDS', 0, 10, 86_400),
     kb: {
       maxFileBytes: integer(env, 'KB_MAX_FILE_BYTES', KB_FILE_LIMIT_BYTES, 1, KB_FILE_LIMIT_BYTES),
       maxTextChars: integer(env, 'KB_MAX_TEXT_CHARS', 10_000_000, 1, 1_000_000_000),

@@ -88,7 +88,11 @@ export async function startRuntime(config: Config, options: RuntimeOptions = {})
       await redis.connect();
       closers.push(async () => void (await redis.quit()));
     }
-    const jobs = new JobQueue(db, logger, { maintenanceSeconds: config.jobsMaintenanceSeconds, work: config.roles.has('work') });
+    const jobs = new JobQueue(db, logger, {
+      maintenanceSeconds: config.jobsMaintenanceSeconds,
+      work: config.roles.has('work'),
+      expireCapSeconds: config.jobsExpireSeconds,
+    });
     const mailer = new Mailer(jobs, logger, config.smtpUrl);
     const ctx: AppContext = { config, logger, db, jobs, blobs, secrets, rateLimits: new RateLimits(redis), redis, mailer };
     // Registered before the job queue's closer, so it runs after it: no job is still embedding when the model worker ends.

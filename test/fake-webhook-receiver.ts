@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -70,4 +71,14 @@ export async function unreachableUrl(): Promise<string> {
   const { port } = server.address() as AddressInfo;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return `http://127.0.0.1:${port}/hooks`;
+}
+
+/** What a receiver does: HMAC-SHA256 over "<timestamp>.<raw body>" with the whole secret, compared in constant time. */
+export function signatureIsValid(request: ReceivedRequest, secret: string): boolean {
+  const timestamp = request.headers['x-hark-timestamp'];
+  const header = request.headers['x-hark-signature'];
+  if (typeof timestamp !== 'string' || typeof header !== 'string' || !header.startsWith('v1=')) return false;
+  const expected = crypto.createHmac('sha256', secret).update(`${timestamp}.${request.rawBody}`).digest();
+  const given = Buffer.from(header.slice(3), 'hex');
+  return given.length === expected.length && crypto.timingSafeEqual(given, expected);
 }

@@ -1,58 +1,14 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import net from 'node:net';
-import { eventually, scratchDatabase, tempDir } from './helpers.ts';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
-
-interface Server {
-  child: ChildProcess;
-  base: string;
-  logs: () => string[];
-  exited: Promise<number | null>;
-}
-
-/** The real `npm start` entry point, as a separate process. */
-async function startServer(env: Record<string, string>): Promise<Server> {
-  const port = await freePort();
-  const lines: string[] = [];
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { ...process.env, PORT: String(port), LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const base = `http://127.0.0.1:${port}`;
-  await eventually(
-    'server ready',
-    async () => {
-      if (child.exitCode !== null) throw new Error(`server exited early:\n${lines.join('\n')}`);
-      const res = await fetch(`${base}/api/ready`).catch(() => undefined);
-      return res?.status === 200;
-    },
-    60_000,
-  );
-  return { child, base, logs: () => lines, exited };
-}
+import { spawn } from 'node:child_process';
+import { eventually, tempDir } from './helpers.ts';
+import { freePort, serverStorage, startServer } from './server-process-helpers.ts';
 
 describe('the server process', () => {
   test('starts, logs one line per request without secrets, and stops cleanly on SIGTERM; a restart applies no migration', async () => {
-    const data = tempDir();
-    const database = await scratchDatabase();
-    const env = { DATA_DIR: data.dir, DATABASE_URL: database.url ?? '' };
+    const storage = await serverStorage();
     try {
-      const first = await startServer(env);
+      const first = await storage.start();
       const res = await fetch(`${first.base}/api/health?token=sekrit`, { headers: { authorization: 'Bearer svc_live_topsecret', 'x-request-id': 'proc-1' } });
       assert.equal(res.status, 200);
       assert.equal(res.headers.get('x-request-id'), 'proc-1');
@@ -72,13 +28,12 @@ describe('the server process', () => {
       assert.equal(await first.exited, 0);
       assert.ok(first.logs().some((l) => l.includes('"msg":"stopped"')));
 
-      const second = await startServer(env);
+      const second = await storage.start();
       assert.ok(!second.logs().some((l) => l.includes('migrations applied')), 'nothing to apply on restart');
       second.child.kill('SIGINT');
       assert.equal(await second.exited, 0);
     } finally {
-      await database.drop();
-      data.remove();
+      await storage.remove();
     }
   });
 

@@ -1,11 +1,10 @@
-import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { sql } from 'kysely';
 import type { InjectOptions } from 'fastify';
 import { eventually, startTestRuntime, type TestRuntime } from '../../../test/helpers.ts';
 import { bearer, call, createKey, createWorkspace, sessionCookie, signUp, type TestKey, type TestUser, type TestWorkspace } from '../../../test/fixtures.ts';
-import { startFakeWebhookReceiver, unreachableUrl, type FakeWebhookReceiver, type ReceivedRequest } from '../../../test/fake-webhook-receiver.ts';
+import { signatureIsValid, startFakeWebhookReceiver, unreachableUrl, type FakeWebhookReceiver } from '../../../test/fake-webhook-receiver.ts';
 import { createAssistantsModule } from './index.ts';
 import { assistantWebhooks, DEFAULT_WEBHOOK_OPTIONS, WEBHOOK_DELIVERY_JOB, WEBHOOK_RETRY_LIMIT, webhookDeliveryJob } from './webhooks.ts';
 
@@ -23,15 +22,6 @@ function startRuntimeWithFastRetries(): Promise<TestRuntime> {
   return startTestRuntime({}, { replace: [createAssistantsModule({ retryDelaySeconds: 0, timeoutMs: TIMEOUT_MS })] });
 }
 
-/** What a receiver does: HMAC-SHA256 over "<timestamp>.<raw body>" with the whole secret, compared in constant time. */
-function signatureIsValid(request: ReceivedRequest, secret: string): boolean {
-  const timestamp = request.headers['x-hark-timestamp'];
-  const header = request.headers['x-hark-signature'];
-  if (typeof timestamp !== 'string' || typeof header !== 'string' || !header.startsWith('v1=')) return false;
-  const expected = crypto.createHmac('sha256', secret).update(`${timestamp}.${request.rawBody}`).digest();
-  const given = Buffer.from(header.slice(3), 'hex');
-  return given.length === expected.length && crypto.timingSafeEqual(given, expected);
-}
 
 describe(`assistant webhooks (${process.env.DATABASE_URL ? 'PostgreSQL' : 'PGlite'})`, TIMEOUT, () => {
   let rt: TestRuntime;

@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { eventually, startTestRuntime, type TestRuntime } from '../../../test/helpers.ts';
-import { DEAD_LETTER_SUFFIX, defineJob } from './queue.ts';
+import pino from 'pino';
+import { DEAD_LETTER_SUFFIX, JobQueue, defineJob } from './queue.ts';
 import { SWEEP_JOB, sweepExpiredJob } from './sweeper.ts';
 
 // The real queue (pg-boss on the application database, PGlite or PostgreSQL),
@@ -178,6 +179,20 @@ describe('job queue', () => {
       ['committed'],
     );
     assert.equal(await runtime.jobs.engine.getQueueSize(TRANSACTIONAL), 0);
+  });
+
+  test('each start writes the current policy onto existing queues; JOBS_EXPIRE_SECONDS caps the expiry', TIMEOUT, async () => {
+    const name = `test.policy_${randomUUID().slice(0, 8)}`;
+    const startWith = async (retryLimit: number, expireCapSeconds?: number) => {
+      const queue = new JobQueue(runtime.db, pino({ level: 'silent' }), { maintenanceSeconds: 30, work: false, expireCapSeconds });
+      queue.register([defineJob({ name, retryLimit, expireInSeconds: 900, handler: async () => {} })]);
+      await queue.start();
+      const policy = await queue.engine.getQueue(name);
+      await queue.stop(0);
+      return { retryLimit: policy?.retryLimit, expireInSeconds: policy?.expireInSeconds };
+    };
+    assert.deepEqual(await startWith(3, 20), { retryLimit: 3, expireInSeconds: 20 });
+    assert.deepEqual(await startWith(5), { retryLimit: 5, expireInSeconds: 900 }, 'a changed policy reaches the queue that already exists');
   });
 
   test('sending an unknown job type fails', async () => {

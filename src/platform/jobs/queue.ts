@@ -58,7 +58,12 @@ export class JobQueue {
   constructor(
     private readonly db: Database,
     private readonly logger: Logger,
-    private readonly options: { maintenanceSeconds: number; work: boolean },
+    private readonly options: {
+      maintenanceSeconds: number;
+      work: boolean;
+      /** When set, no job type keeps a run active longer than this before it is delivered again (JOBS_EXPIRE_SECONDS). */
+      expireCapSeconds?: number;
+    },
   ) {
     const connection: PgBoss.ConstructorOptions =
       db.kind === 'postgres' && db.connectionString
@@ -112,18 +117,28 @@ export class JobQueue {
     });
   }
 
+  /**
+   * Creates each queue and its dead-letter queue, then writes the current
+   * policy onto them: createQueue leaves an existing queue as it was, so
+   * without the update a changed retry or expiry policy (in code or through
+   * JOBS_EXPIRE_SECONDS) would never reach an existing install.
+   */
   private async createQueues(): Promise<void> {
     for (const definition of this.definitions.values()) {
       const deadLetter = definition.name + DEAD_LETTER_SUFFIX;
-      await this.boss.createQueue(deadLetter, { name: deadLetter, retentionDays: 14 });
-      await this.boss.createQueue(definition.name, {
+      const deadLetterPolicy = { name: deadLetter, retentionDays: 14 };
+      const policy = {
         name: definition.name,
         deadLetter,
         retryLimit: definition.retryLimit ?? 3,
         retryDelay: definition.retryDelaySeconds ?? 5,
         retryBackoff: definition.retryBackoff ?? true,
-        expireInSeconds: definition.expireInSeconds ?? 15 * 60,
-      });
+        expireInSeconds: Math.min(definition.expireInSeconds ?? 15 * 60, this.options.expireCapSeconds ?? Infinity),
+      };
+      for (const queue of [deadLetterPolicy, policy]) {
+        await this.boss.createQueue(queue.name, queue);
+        await this.boss.updateQueue(queue.name, queue);
+      }
     }
   }
 
