@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { App } from './platform/http/app-type.ts';
 import type { AppContext, HarkModule } from './platform/context.ts';
 import type { Migration } from './platform/db/migrate.ts';
-import { installErrorHandling } from './platform/http/error-handler.ts';
+import { clientErrorHandler, frameworkErrors, installErrorHandling } from './platform/http/error-handler.ts';
 import { installRequestContext, requestIdFor } from './platform/http/request-context.ts';
 import { installOpenApi } from './platform/http/openapi.ts';
 import { healthRoutes } from './platform/http/health-routes.ts';
@@ -24,6 +24,8 @@ export async function buildApp(ctx: AppContext, migrations: Migration[], modules
     genReqId: requestIdFor,
     bodyLimit: ctx.config.bodyLimitBytes,
     return503OnClosing: true,
+    frameworkErrors,
+    clientErrorHandler,
     ajv: {
       // allErrors: a 400 lists every invalid field, not just the first.
       customOptions: { allErrors: true, coerceTypes: 'array', removeAdditional: true, useDefaults: true },

@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -308,5 +309,25 @@ describe('workspace files: /api/files', () => {
     const parsed = new URL(link.url);
     const got = await fetch(`${address}${parsed.pathname}${parsed.search}`);
     assert.equal(await got.text(), 'over the wire');
+  });
+
+  // Found by the fuzz gate (test/gates): the parser's error reached the route through the file's stream, as a 500.
+  test('over a real connection, a body that ends inside the file part is 400 in the {error} shape, leaving nothing', async () => {
+    const address = `http://127.0.0.1:${(rt.app!.server.address() as AddressInfo | null)?.port ?? new URL(await rt.app!.listen({ host: '127.0.0.1', port: 0 })).port}`;
+    const before = await rt.db.kysely.selectFrom('workspace_files').select(({ fn }) => fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+    for (const fieldsFirst of [true, false]) {
+      const accountPart = `--cut\r\nContent-Disposition: form-data; name="accountId"\r\n\r\n${ws.id}\r\n`;
+      const filePart = '--cut\r\nContent-Disposition: form-data; name="file"; filename="cut.txt"\r\nContent-Type: text/plain\r\n\r\nthe body stops here';
+      const res = await fetch(`${address}/api/files`, {
+        method: 'POST',
+        headers: { cookie: `sb-access-token=${owner.accessToken}`, 'content-type': 'multipart/form-data; boundary=cut' },
+        body: fieldsFirst ? accountPart + filePart : filePart,
+      });
+      assert.equal(res.status, 400, `fields first: ${fieldsFirst}`);
+      const body = (await res.json()) as Record<string, unknown>;
+      assert.deepEqual(Object.keys(body), ['error']);
+    }
+    const afterwards = await rt.db.kysely.selectFrom('workspace_files').select(({ fn }) => fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+    assert.equal(afterwards.n, before.n);
   });
 });

@@ -1,3 +1,5 @@
+import http from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, ERROR_STATUS, type ErrorCode, type FieldError } from './errors.ts';
 
@@ -16,7 +18,18 @@ const FASTIFY_ERRORS: Record<string, { code: ErrorCode; message: string }> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'unsupported_media_type', message: 'Unsupported Content-Type for this endpoint' },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'bad_request', message: 'Content-Length does not match the body' },
   FST_ERR_CTP_INVALID_TYPE: { code: 'unsupported_media_type', message: 'Content-Type header is invalid' },
+  // The router's own errors, raised before a route is chosen (see frameworkErrors).
+  FST_ERR_BAD_URL: { code: 'bad_request', message: 'The URL path has a malformed percent-escape or is not valid UTF-8' },
+  FST_ERR_MAX_PARAM_LENGTH: { code: 'uri_too_long', message: 'A path segment of the URL is too long' },
 };
+
+/**
+ * PostgreSQL cannot store U+0000 in text or jsonb (SQLSTATE 22021 for text,
+ * 22P05 for jsonb), and only a client can put one in a value: a JSON
+ * `\u0000`, a `%00` in the URL or a multipart field. It is that client's bad
+ * input, whatever field it came in.
+ */
+const UNSTORABLE_TEXT = new Set(['22021', '22P05']);
 
 function statusCode(code: ErrorCode): number {
   return ERROR_STATUS[code];
@@ -79,6 +92,9 @@ export function toErrorBody(error: unknown, requestId: string): { status: number
       unexpected: false,
     };
   }
+  if (UNSTORABLE_TEXT.has(String(fastifyError?.code))) {
+    return { status: 400, body: { error: 'bad_request', message: 'Text values must not contain the NUL character (U+0000)', code: 400 }, unexpected: false };
+  }
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
   if (known) {
     return { status: statusCode(known.code), body: { error: known.code, message: known.message, code: statusCode(known.code) }, unexpected: false };
@@ -107,6 +123,41 @@ function render(request: FastifyRequest, reply: FastifyReply, error: unknown): F
     return reply.type('application/json').send(JSON.stringify({ error: body.message }));
   }
   return reply.type('application/json').send(JSON.stringify(body));
+}
+
+/**
+ * Fastify's `frameworkErrors` option: the router's errors (a malformed
+ * percent-escape, a path segment over `maxParamLength`) happen before any
+ * route is chosen, so without this Fastify writes its own body, outside the
+ * §7 envelope. No route means no route config: always the envelope.
+ */
+export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  const { status, body } = toErrorBody(error, request.id);
+  void reply.code(status).type('application/json').send(JSON.stringify(body));
+}
+
+/**
+ * Fastify's `clientErrorHandler` option: requests Node's HTTP parser rejects
+ * (headers or URL over its size limit, a malformed request line, a request
+ * that took too long to arrive) never become a request object, so the answer
+ * is written on the socket directly, as Fastify's default does, but in the
+ * §7 envelope.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  // A reset connection has no one left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [code, message]: [ErrorCode, string] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? ['request_timeout', 'The request took too long to arrive']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? ['headers_too_large', 'The request headers (the URL included) are larger than the server accepts']
+        : ['bad_request', 'The request is not valid HTTP'];
+  const status = statusCode(code);
+  const body = JSON.stringify({ error: code, message, code: status });
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(error);
 }
 
 export function installErrorHandling(app: FastifyInstance): void {

@@ -1,6 +1,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { Type } from 'typebox';
+import { sql } from 'kysely';
 import { startTestRuntime, type TestRuntime } from '../../../test/helpers.ts';
 import type { HarkModule } from '../context.ts';
 import { AppError } from './errors.ts';
@@ -10,7 +12,18 @@ let release: () => void = () => {};
 let reached: () => void = () => {};
 const probes: HarkModule = {
   name: 'http-probes',
-  routes(app) {
+  routes(app, ctx) {
+    app.get('/test/items/:id', { config: { auth: 'none' }, schema: { params: Type.Object({ id: Type.String() }) } }, async (request) => ({ id: request.params.id }));
+    // Stores the value the way any module does: a text and a jsonb parameter.
+    app.post(
+      '/test/echo-through-database',
+      { config: { auth: 'none' }, schema: { body: Type.Object({ text: Type.String(), as: Type.Union([Type.Literal('text'), Type.Literal('jsonb')]) }) } },
+      async (request) => {
+        const { text, as } = request.body;
+        const query = as === 'text' ? sql<{ v: unknown }>`select ${text}::text as v` : sql<{ v: unknown }>`select ${JSON.stringify({ text })}::jsonb as v`;
+        return { stored: (await query.execute(ctx.db.kysely)).rows[0]!.v };
+      },
+    );
     app.post(
       '/test/items',
       {
@@ -52,6 +65,10 @@ describe('HTTP platform', () => {
   after(async () => {
     await rt?.destroy();
   });
+
+  /** The app's address on a real port (several tests need real connections; it listens once). */
+  let address: Promise<string> | undefined;
+  const listening = () => (address ??= rt.app!.listen({ port: 0, host: '127.0.0.1' }));
 
   function assertEnvelope(body: Record<string, unknown>, status: number, error: string) {
     assert.equal(body.code, status);
@@ -109,6 +126,59 @@ describe('HTTP platform', () => {
     assertEnvelope(res.json(), 415, 'unsupported_media_type');
   });
 
+  // Found by the fuzz gate (test/gates): the router answered these in Fastify's own body, outside the envelope.
+  test('a malformed percent-escape in the path is a 400 envelope', async () => {
+    for (const segment of ['%zz', '%', '%E0%A4%A']) {
+      const res = await rt.app!.inject({ method: 'GET', url: `/test/items/${segment}` });
+      assert.equal(res.statusCode, 400, segment);
+      assertEnvelope(res.json(), 400, 'bad_request');
+      assert.deepEqual(Object.keys(res.json()).sort(), ['code', 'error', 'message']);
+    }
+  });
+
+  test('an over-long path segment is a 414 envelope', async () => {
+    const res = await rt.app!.inject({ method: 'GET', url: `/test/items/${'a'.repeat(101)}` });
+    assert.equal(res.statusCode, 414);
+    assertEnvelope(res.json(), 414, 'uri_too_long');
+    assert.deepEqual(Object.keys(res.json()).sort(), ['code', 'error', 'message']);
+  });
+
+  // Found by the fuzz gate over real connections: Node's parser errors were answered in Fastify's own body.
+  test('requests the HTTP parser rejects are answered in the envelope', async () => {
+    const { port } = new URL(await listening());
+    const rawExchange = (text: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(text));
+        let answer = '';
+        socket.on('data', (chunk) => (answer += chunk.toString()));
+        socket.on('close', () => resolve(answer));
+        socket.on('error', reject);
+      });
+    const cases: Array<[string, number, string]> = [
+      [`GET /api/health?x=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: localhost\r\n\r\n`, 431, 'headers_too_large'],
+      ['NOT HTTP AT ALL\r\n\r\n', 400, 'bad_request'],
+    ];
+    for (const [request, status, error] of cases) {
+      const answer = await rawExchange(request);
+      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), answer);
+      const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+      assertEnvelope(body, status, error);
+      assert.deepEqual(Object.keys(body).sort(), ['code', 'error', 'message']);
+    }
+  });
+
+  // Found by the fuzz gate: a NUL in any field bound for PostgreSQL (slugs, names, prompts) was a 500.
+  test('a NUL character the database cannot store is a 400, in text and in jsonb', async () => {
+    for (const as of ['text', 'jsonb'] as const) {
+      const res = await rt.app!.inject({ method: 'POST', url: '/test/echo-through-database', payload: { text: 'a\u0000b', as } });
+      assert.equal(res.statusCode, 400, `${as}: ${res.body}`);
+      assertEnvelope(res.json(), 400, 'bad_request');
+      assert.match(res.json().message, /NUL/);
+      const fine = await rt.app!.inject({ method: 'POST', url: '/test/echo-through-database', payload: { text: 'a b', as } });
+      assert.equal(fine.statusCode, 200, fine.body);
+    }
+  });
+
   test('an unexpected error is a 500 with the request id and no internal detail', async () => {
     const res = await rt.app!.inject({ method: 'GET', url: '/test/boom', headers: { 'x-request-id': 'trace-500' } });
     assert.equal(res.statusCode, 500);
@@ -149,7 +219,7 @@ describe('HTTP platform', () => {
   });
 
   test('close waits for an in-flight request to finish', async () => {
-    const address = await rt.app!.listen({ port: 0, host: '127.0.0.1' });
+    const address = await listening();
     const inHandler = new Promise<void>((resolve) => (reached = resolve));
     const inFlight = fetch(`${address}/test/slow`);
     await inHandler;

@@ -1,6 +1,6 @@
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Readable } from 'node:stream';
+import { finished, PassThrough, type Readable } from 'node:stream';
 
 /**
  * What upload routes share: the multipart parser with per-route limits, the
@@ -89,9 +89,32 @@ export async function registerMultipart(scope: FastifyInstance, limits: Multipar
 }
 
 /**
+ * A file part's stream whose errors pass through `mapError` too: a body that
+ * ends inside a file part (a client that stopped sending) fails the file's
+ * stream, not the iteration, and would otherwise reach the route as an
+ * unknown error, a 500. Destroying the returned stream destroys the part's.
+ */
+function mappedFileStream(file: Readable, mapError: (error: unknown) => unknown): Readable {
+  // As @fastify/multipart does for the part itself: a part the route skips
+  // (resume()) must not crash the process when the body ends inside it; a
+  // consumer that reads it (pipeline, for await) still gets the error.
+  const out = new PassThrough().on('error', () => {});
+  // finished(), not an 'error' listener: the parser may have failed the part before it is handed over.
+  finished(file, (error) => {
+    if (!error) return;
+    const mapped = mapError(error);
+    out.destroy(mapped instanceof Error ? mapped : new Error(String(mapped)));
+  });
+  out.once('close', () => {
+    if (!file.readableEnded && !file.destroyed) file.destroy();
+  });
+  return file.pipe(out);
+}
+
+/**
  * The request's parts in arrival order. Errors of the parser (limits,
- * malformed bodies) pass through `mapError`, which turns them into the
- * route's own client errors.
+ * malformed bodies), in the iteration and in file streams alike, pass
+ * through `mapError`, which turns them into the route's own client errors.
  */
 export async function* multipartParts(request: FastifyRequest, mapError: (error: unknown) => unknown): AsyncGenerator<MultipartPart> {
   try {
@@ -99,7 +122,7 @@ export async function* multipartParts(request: FastifyRequest, mapError: (error:
       if (part.type === 'file') {
         // busboy reports `filename=""` (a form with no file chosen) as no name at all, despite the typings.
         const filename = (part.filename as string | undefined) ?? '';
-        yield { kind: 'file', field: part.fieldname, filename, mimetype: part.mimetype, stream: part.file };
+        yield { kind: 'file', field: part.fieldname, filename, mimetype: part.mimetype, stream: mappedFileStream(part.file, mapError) };
       } else {
         yield { kind: 'field', name: part.fieldname, value: String(part.value), truncated: part.valueTruncated };
       }

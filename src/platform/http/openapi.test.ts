@@ -57,6 +57,13 @@ describe('OpenAPI document and reference page', () => {
     assert.deepEqual(doc.paths['/api/health'].get.security, []);
   });
 
+  test('states the API-key scope and the error-only shape as vendor extensions', () => {
+    assert.equal(doc.paths['/test/declared'].post['x-hark-scope'], 'kb:write');
+    assert.equal(doc.paths['/test/declared'].post['x-hark-error-shape'], undefined);
+    assert.equal(doc.paths['/api/files'].get['x-hark-error-shape'], 'error-only');
+    assert.equal(doc.paths['/api/files'].get['x-hark-scope'], undefined);
+  });
+
   test('references the shared error envelope', () => {
     assert.ok(doc.components.schemas.ErrorEnvelope, 'ErrorEnvelope component');
     const bad = doc.paths['/test/declared'].post.responses['400'].content['application/json'].schema;
