@@ -1,0 +1,168 @@
+/**
+ * Grows a workspace's knowledge base to tens of thousands of chunks without
+ * the pipeline: embedding 100k chunks with the local model would take hours
+ * on the benchmark machine. Rows go straight into kb_files, kb_chunks and
+ * kb_attachments (migrations/0014_knowledge_base.sql), generated inside the
+ * database so no vectors travel over the wire:
+ *
+ * - each vector is one of the workspace's real chunk embeddings plus uniform
+ *   noise, scaled back to unit length (cosine ≈ 0.8 to its source), so the
+ *   vectors cluster the way real embeddings do rather than being spread
+ *   evenly over the sphere, which would flatter the HNSW index;
+ * - each text is 110 to 150 words drawn from `words`, so full-text search
+ *   has real postings lists to intersect and rank;
+ * - every file is `ready` and attached to the assistant, so all chunks are
+ *   searchable through it.
+ *
+ * The HNSW index is dropped before the insert and built again after it (with
+ * its definition from the migration, read back from pg_indexes), as a bulk
+ * load would do: building once is several times faster than inserting into
+ * the graph row by row.
+ *
+ * The server must be stopped on PGlite (one process per data directory); the
+ * suite stops it on PostgreSQL too so both engines are treated alike.
+ */
+import { openDatabase, type DatabaseTarget } from '../../src/platform/db/database.ts';
+import type { PoolClient } from '../../src/platform/db/pool.ts';
+
+export interface GrowOptions {
+  accountId: string;
+  assistantId: string;
+  /** Chunks the workspace should hold afterwards (real ones included). */
+  targetChunks: number;
+  /** The words synthetic texts are made of. */
+  words: readonly string[];
+  progress(message: string): void;
+}
+
+export interface Growth {
+  chunksBefore: number;
+  chunksAfter: number;
+  insertSeconds: number;
+  indexSeconds: number;
+}
+
+const CHUNKS_PER_FILE = 100;
+const FILES_PER_STATEMENT = 20;
+/** Per dimension, uniform in ±NOISE/2: noise of length ≈ 0.75 on a unit vector. */
+const NOISE = 0.115;
+/** HNSW builds fastest when the whole graph fits in maintenance memory (about 0.6 GB at 100k × 512 dimensions). */
+const INDEX_BUILD_MEMORY = { pglite: '512MB', postgres: '1GB' } as const;
+
+export function growWorkspace(target: DatabaseTarget, options: GrowOptions): Promise<Growth> {
+  return withClient(target, (client) => grow(client, target.kind, options));
+}
+
+/**
+ * Gives the workspace `credits` as a grant, straight in the ledger and the
+ * balance (there is no public API for grants): a 1 GiB upload needs storage
+ * credits a new workspace does not have. The server must be stopped.
+ */
+export function grantCredits(target: DatabaseTarget, accountId: string, credits: number): Promise<void> {
+  return withClient(target, async (client) => {
+    await client.query('begin');
+    const balance = await client.query<{ credits: string }>(
+      `insert into credit_balances (account_id, credits) values ($1, $2)
+       on conflict (account_id) do update set credits = credit_balances.credits + excluded.credits, updated_at = now()
+       returning credits`,
+      [accountId, credits],
+    );
+    await client.query(`insert into credit_ledger (account_id, amount, reason, reference, balance_after) values ($1, $2, 'grant', 'bench:kb', $3)`, [
+      accountId,
+      credits,
+      balance.rows[0]!.credits,
+    ]);
+    await client.query('commit');
+  });
+}
+
+async function withClient<T>(target: DatabaseTarget, work: (client: PoolClient) => Promise<T>): Promise<T> {
+  const db = await openDatabase(target);
+  const client = await db.pool.connect();
+  try {
+    return await work(client);
+  } finally {
+    client.release();
+    await db.close();
+  }
+}
+
+async function grow(client: PoolClient, engine: DatabaseTarget['kind'], options: GrowOptions): Promise<Growth> {
+  const count = async () => Number((await client.query<{ n: number }>('select count(*)::int as n from kb_chunks where account_id = $1', [options.accountId])).rows[0]!.n);
+  const chunksBefore = await count();
+  const needed = options.targetChunks - chunksBefore;
+  if (needed <= 0) return { chunksBefore, chunksAfter: chunksBefore, insertSeconds: 0, indexSeconds: 0 };
+
+  const template = (
+    await client.query<{ embedding_model: string; created_by: string | null }>(
+      `select c.embedding_model, f.created_by from kb_chunks c join kb_files f on f.id = c.file_id where c.account_id = $1 limit 1`,
+      [options.accountId],
+    )
+  ).rows[0];
+  if (!template) throw new Error('the workspace has no real chunks to derive synthetic ones from');
+
+  // The real embeddings the synthetic ones scatter around, numbered for a cheap lookup.
+  await client.query('drop table if exists bench_bases');
+  await client.query(
+    `create temporary table bench_bases as
+       select (row_number() over (order by id) - 1)::int as n, embedding from kb_chunks
+        where account_id = $1 and file_id not in (select id from kb_files where filename like 'synthetic-%')`,
+    [options.accountId],
+  );
+  await client.query('alter table bench_bases add primary key (n)');
+  const bases = Number((await client.query<{ n: number }>('select count(*)::int as n from bench_bases')).rows[0]!.n);
+
+  const index = (await client.query<{ indexname: string; indexdef: string }>(
+    `select indexname, indexdef from pg_indexes where tablename = 'kb_chunks' and indexdef ilike '%using hnsw%'`,
+  )).rows;
+  for (const { indexname } of index) await client.query(`drop index ${indexname}`);
+
+  const insertStarted = performance.now();
+  const firstFile = Number((await client.query<{ n: number }>(`select count(*)::int as n from kb_files where filename like 'synthetic-%'`)).rows[0]!.n) + 1;
+  const files = Math.ceil(needed / CHUNKS_PER_FILE);
+  for (let from = 0; from < files; from += FILES_PER_STATEMENT) {
+    const to = Math.min(files, from + FILES_PER_STATEMENT) - 1;
+    await client.query(
+      `with numbered as (
+         select g, least($3::int, $4::int - g * $3::int) as chunks from generate_series($1::int, $2::int) g
+       ), files as (
+         insert into kb_files (account_id, filename, mime_type, size_bytes, sha256, blob_key, status, char_count, chunk_count, embedding_model, created_by)
+         select $5, 'synthetic-' || lpad((g + $6::int)::text, 6, '0') || '.txt', 'text/plain', 0,
+                'synthetic-' || (g + $6::int), 'bench-synthetic/' || gen_random_uuid(), 'ready', 0, chunks, $7, $8
+           from numbered
+         returning id, chunk_count
+       )
+       insert into kb_chunks (file_id, account_id, chunk_index, content, embedding, embedding_model)
+       select files.id, $5, i,
+              (select string_agg(($9::text[])[1 + floor(random() * $10::int)::int], ' ')
+                 from generate_series(1, 110 + (i * 7) % 41)),
+              l2_normalize(b.embedding + (select array_agg((random() - 0.5) * $11::float8)::vector from generate_series(1, 512 + 0 * i))),
+              $7
+         from files
+        cross join lateral generate_series(0, files.chunk_count - 1) i
+         join bench_bases b on b.n = mod(abs(hashtext(files.id::text)) + i, $12::int)`,
+      [from, to, CHUNKS_PER_FILE, needed, options.accountId, firstFile, template.embedding_model, template.created_by, options.words, options.words.length, NOISE, bases],
+    );
+    const inserted = Math.min(needed, (to + 1) * CHUNKS_PER_FILE);
+    // A line per 10% is enough to show it moves.
+    if (Math.floor((inserted * 10) / needed) > Math.floor(((inserted - FILES_PER_STATEMENT * CHUNKS_PER_FILE) * 10) / needed)) {
+      options.progress(`synthetic chunks: ${inserted} of ${needed} inserted`);
+    }
+  }
+  await client.query(
+    `insert into kb_attachments (assistant_id, file_id, account_id)
+     select $1, id, account_id from kb_files where account_id = $2 on conflict do nothing`,
+    [options.assistantId, options.accountId],
+  );
+  const insertSeconds = (performance.now() - insertStarted) / 1000;
+
+  const indexStarted = performance.now();
+  await client.query(`set maintenance_work_mem = '${INDEX_BUILD_MEMORY[engine]}'`);
+  for (const { indexdef } of index) await client.query(indexdef);
+  await client.query('analyze kb_files');
+  await client.query('analyze kb_chunks');
+  await client.query('analyze kb_attachments');
+  await client.query('drop table bench_bases');
+  const indexSeconds = (performance.now() - indexStarted) / 1000;
+  return { chunksBefore, chunksAfter: await count(), insertSeconds, indexSeconds };
+}
