@@ -4,9 +4,10 @@
  * container dies), started again on the same storage, and every piece of
  * work must still finish, once in the database and at least once outside.
  *
- * Slow on purpose: a job that was active when its worker died is retried only
- * after its queue expiry (expireInSeconds) has passed, as the queue cannot
- * tell a dead worker from a slow one.
+ * On PostgreSQL a job that was active when its worker died is retried only
+ * after its queue expiry (expireInSeconds), as the queue cannot tell a dead
+ * worker from a slow one; on PGlite the restarted process reclaims it at once
+ * (one process owns an embedded database, so an active job is an orphan).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -14,6 +14,7 @@ const FLAKY = 'test.flaky';
 const DOOMED = 'test.doomed';
 const ORPHANED = 'test.orphaned';
 const TRANSACTIONAL = 'test.transactional';
+const RECLAIMED = 'test.reclaimed';
 const TIMEOUT = { timeout: 60_000 };
 
 interface Run {
@@ -22,7 +23,7 @@ interface Run {
   marker: string;
 }
 
-const runs: Record<string, Run[]> = { [FLAKY]: [], [DOOMED]: [], [ORPHANED]: [], [TRANSACTIONAL]: [] };
+const runs: Record<string, Run[]> = { [FLAKY]: [], [DOOMED]: [], [ORPHANED]: [], [TRANSACTIONAL]: [], [RECLAIMED]: [] };
 const record = (name: string, payload: { marker: string }, job: { id: string; retryCount: number }) => {
   runs[name]!.push({ id: job.id, retryCount: job.retryCount, marker: payload.marker });
 };
@@ -66,6 +67,14 @@ const testModule = {
       retryDelaySeconds: 1,
       async handler(payload, job) {
         record(TRANSACTIONAL, payload, job);
+      },
+    }),
+    // The default 15-minute expiry: within a test, only a reclaim brings a taken job back.
+    defineJob<{ marker: string }>({
+      name: RECLAIMED,
+      retryDelaySeconds: 1,
+      async handler(payload, job) {
+        record(RECLAIMED, payload, job);
       },
     }),
   ],
@@ -140,6 +149,18 @@ describe('job queue', () => {
     // retryDelaySeconds later, and the registered worker completes it.
     await eventually('the orphaned job to complete', async () => (await jobState(ORPHANED, id)) === 'completed');
     assert.deepEqual(runsOf(ORPHANED, id), [{ id, retryCount: 1, marker }]);
+  });
+
+  test('jobs left active by a process that ended are retried at once when reclaimed, not after their expiry', TIMEOUT, async () => {
+    const marker = randomUUID();
+    const id = await runtime.jobs.send(RECLAIMED, { marker }, { startAfterSeconds: 3600 });
+    assert.ok(id);
+    await runtime.jobs.engine.fetch(RECLAIMED, { ignoreStartAfter: true });
+    assert.equal(await jobState(RECLAIMED, id), 'active');
+
+    assert.ok((await runtime.jobs.reclaimOrphanedJobs()) >= 1, 'the taken job is among those reclaimed');
+    await eventually('the reclaimed job to complete', async () => (await jobState(RECLAIMED, id)) === 'completed');
+    assert.deepEqual(runsOf(RECLAIMED, id), [{ id, retryCount: 1, marker }], 'the dead attempt counts as one try');
   });
 
   test('a job sent in a transaction exists only if the transaction commits', TIMEOUT, async () => {

@@ -94,7 +94,11 @@ export class JobQueue {
         this.started = true;
         await this.createQueues();
       });
-      if (this.options.work) await this.startWorkers();
+      if (this.options.work) {
+        // One process owns an embedded database (its DATA_DIR lock), so an active job found at start-up belongs to a process that died.
+        if (this.db.kind === 'pglite') await this.reclaimOrphanedJobs();
+        await this.startWorkers();
+      }
     } catch (error) {
       // The caller only stops a queue that started: leave no pool or timers behind.
       await this.stop(0).catch(() => {});
@@ -140,6 +144,21 @@ export class JobQueue {
         await this.boss.updateQueue(queue.name, queue);
       }
     }
+  }
+
+  /**
+   * Fails every active job as an attempt that died with its worker, so it is
+   * retried now (or dead-lettered when out of retries) instead of after its
+   * expiry, which for a knowledge-base file is half an hour. Only safe when no
+   * other live process can be running those jobs.
+   */
+  async reclaimOrphanedJobs(): Promise<number> {
+    const { rows } = await sql<{ name: string; id: string }>`select name, id::text as id from ${sql.table(`${QUEUE_SCHEMA}.job`)} where state = 'active'`.execute(
+      this.db.kysely,
+    );
+    for (const { name, id } of rows) await this.boss.fail(name, id, { message: 'the process running this job ended before it finished' });
+    if (rows.length > 0) this.logger.warn({ jobs: rows.length }, 'retrying jobs left active by a process that ended');
+    return rows.length;
   }
 
   private async startWorkers(): Promise<void> {
