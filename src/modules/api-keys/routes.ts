@@ -1,22 +1,14 @@
-import { Type, type Static, type TSchema } from 'typebox';
+import { Type, type Static } from 'typebox';
 import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
-import { errorResponses } from '../../platform/http/schemas.ts';
+import { errorResponses, Nullable } from '../../platform/http/schemas.ts';
 import { apiKeyCache } from './key-cache.ts';
 import { apiKeysService, DEFAULT_RATE_LIMIT_PER_HOUR, KNOWN_SCOPES, MAX_EXPIRES_IN_DAYS, MAX_RATE_LIMIT_PER_HOUR } from './service.ts';
 
 /** §4.2: a signed-in user's token only; the auth hook answers 401 to an API key here. */
 const USER = ['jwt', 'session'] as const;
 const tags = ['api-keys'];
-
-/**
- * `{type: [T, 'null']}` rather than anyOf: with the app's coerceTypes, ajv
- * would turn null into "" through the string branch of an anyOf, so
- * `description: null` would not clear and `expiresAt: null` would fail.
- */
-const Nullable = <T extends TSchema & { type: string }>(schema: T, description?: string) =>
-  Type.Unsafe<Static<T> | null>({ ...schema, type: [schema.type, 'null'], ...(description ? { description } : {}) });
 
 const AccountSlug = Type.String({ minLength: 1, maxLength: 100, description: 'the workspace (account) slug' });
 const Name = Type.String({ minLength: 1, maxLength: 100, description: 'short label' });

@@ -1,9 +1,9 @@
 import type { FastifyRequest } from 'fastify';
-import { Type, type Static, type TSchema } from 'typebox';
+import { Type, type Static } from 'typebox';
 import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
-import { errorResponses } from '../../platform/http/schemas.ts';
+import { errorResponses, Nullable, StringEnum } from '../../platform/http/schemas.ts';
 import { publicCatalogue } from './catalogue.ts';
 import { assistantsService, ASSISTANT_TYPES, DEFAULT_PAGE_SIZE, DEFAULT_TELEPHONY, MAX_FIRST_MESSAGE, MAX_PAGE_SIZE, MAX_PROMPT } from './service.ts';
 import { DEFAULT_SUBSCRIBED_EVENTS, DEFAULT_WEBHOOK_OPTIONS, MAX_WEBHOOK_URL, WEBHOOK_EVENTS, WEBHOOK_RETRY_LIMIT, type WebhookOptions } from './webhooks.ts';
@@ -16,12 +16,6 @@ const READ = { auth: ANY, scope: 'assistants:read' };
 const WRITE = { auth: ANY, scope: 'assistants:write' };
 const tags = ['assistants'];
 
-/** `{type: [T, 'null']}` rather than anyOf: with coerceTypes, ajv would turn null into "" through a string branch. */
-const Nullable = <T extends TSchema & { type: string }>(schema: T, description?: string) =>
-  Type.Unsafe<Static<T> | null>({ ...schema, type: [schema.type, 'null'], ...(description ? { description } : {}) });
-/** A plain string enum: validation errors then read "must be one of a, b". */
-const StringEnum = <const V extends readonly string[]>(values: V, description?: string) =>
-  Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
 
 const AccountSlug = Type.String({
   minLength: 1,

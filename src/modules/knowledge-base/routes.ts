@@ -1,11 +1,11 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Type, type Static, type TSchema } from 'typebox';
+import { Type, type Static } from 'typebox';
 import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
 import { multipartErrorCode, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
-import { errorResponses } from '../../platform/http/schemas.ts';
+import { errorResponses, Nullable, StringEnum } from '../../platform/http/schemas.ts';
 import type { PipelineOptions } from './pipeline/process.ts';
 import { DEFAULT_TOP_K, KnowledgeBaseSearch, MAX_QUERY_CHARS, MAX_TOP_K, RRF_K, SEARCH_MODES } from './search.ts';
 import { DEFAULT_PAGE_SIZE, DOWNLOAD_URL_TTL_SECONDS, KB_MESSAGES, MAX_FILENAME_LENGTH, MAX_PAGE_SIZE, knowledgeBaseService } from './service.ts';
@@ -18,10 +18,6 @@ const READ = { auth: ANY, scope: 'kb:read' };
 const WRITE = { auth: ANY, scope: 'kb:write' };
 const tags = ['knowledge-base'];
 
-const Nullable = <T extends TSchema & { type: string }>(schema: T, description?: string) =>
-  Type.Unsafe<Static<T> | null>({ ...schema, type: [schema.type, 'null'], ...(description ? { description } : {}) });
-const StringEnum = <const V extends readonly string[]>(values: V, description?: string) =>
-  Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
 
 const AccountSlug = Type.String({
   minLength: 1,

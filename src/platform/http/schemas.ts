@@ -1,4 +1,4 @@
-import { Type, type TSchema } from 'typebox';
+import { Type, type Static, type TSchema } from 'typebox';
 
 /** The §7 error envelope, referenced by every route's error responses. */
 export const ErrorEnvelope = Type.Object(
@@ -22,3 +22,11 @@ export const errorRef = Type.Unsafe<{ error: string; message: string; code: numb
 export function errorResponses(...statuses: number[]): Record<number, TSchema> {
   return Object.fromEntries(statuses.map((status) => [status, errorRef]));
 }
+
+/** `{type: [T, 'null']}` rather than anyOf: with coerceTypes, ajv would turn null into "" through a string branch. */
+export const Nullable = <T extends TSchema & { type: string }>(schema: T, description?: string) =>
+  Type.Unsafe<Static<T> | null>({ ...schema, type: [schema.type, 'null'], ...(description ? { description } : {}) });
+
+/** A plain string enum: validation errors then read "must be one of a, b". */
+export const StringEnum = <const V extends readonly string[]>(values: V, description?: string) =>
+  Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
