@@ -9,8 +9,15 @@
  *   noise, scaled back to unit length (cosine ≈ 0.8 to its source), so the
  *   vectors cluster the way real embeddings do rather than being spread
  *   evenly over the sphere, which would flatter the HNSW index;
- * - each text is 110 to 150 words drawn from `words`, so full-text search
- *   has real postings lists to intersect and rank;
+ * - each text is 110 to 150 words with Zipf-like frequencies (the word of
+ *   frequency rank r is drawn with probability ∝ 1/r) over `words` mixed
+ *   with generated pseudo-words (SYNTHETIC_VOCABULARY words in all), ranks
+ *   assigned by a seeded shuffle. Natural text is like that: a few words are
+ *   in most passages, most words in very few. Drawing the ~1,200 words of the
+ *   quality set uniformly, as this did first, put nearly every query word in
+ *   nearly every chunk, which no real library does; now the query words of
+ *   the quality set land anywhere from "in most chunks" to "in a handful",
+ *   so full-text search meets both common and selective terms;
  * - every file is `ready` and attached to the assistant, so all chunks are
  *   searchable through it.
  *
@@ -24,6 +31,7 @@
  */
 import { openDatabase, type DatabaseTarget } from '../../src/platform/db/database.ts';
 import type { PoolClient } from '../../src/platform/db/pool.ts';
+import { seededRandom } from './kb.ts';
 
 export interface GrowOptions {
   accountId: string;
@@ -43,11 +51,32 @@ export interface Growth {
 }
 
 const CHUNKS_PER_FILE = 100;
+/** Distinct words of the synthetic texts: the given words plus pseudo-words up to this many. */
+export const SYNTHETIC_VOCABULARY = 20_000;
+const PSEUDO_WORD_SYLLABLES = ['ka', 'lo', 'mi', 'ner', 'tu', 'sa', 'vok', 'ri', 'dan', 'pel', 'zo', 'quin', 'ba', 'te', 'gor', 'fi'];
 const FILES_PER_STATEMENT = 20;
 /** Per dimension, uniform in ±NOISE/2: noise of length ≈ 0.75 on a unit vector. */
 const NOISE = 0.115;
 /** HNSW builds fastest when the whole graph fits in maintenance memory (about 0.6 GB at 100k × 512 dimensions). */
 const INDEX_BUILD_MEMORY = { pglite: '512MB', postgres: '1GB' } as const;
+
+/**
+ * `words` plus made-up words (three or four syllables of a fixed set, so
+ * not English stop words) up to SYNTHETIC_VOCABULARY, in a seeded random order:
+ * the position is the word's frequency rank in the synthetic texts.
+ */
+export function syntheticVocabulary(words: readonly string[], seed = 7): string[] {
+  const all = new Set(words);
+  const random = seededRandom(seed);
+  const syllable = () => PSEUDO_WORD_SYLLABLES[Math.floor(random() * PSEUDO_WORD_SYLLABLES.length)]!;
+  while (all.size < SYNTHETIC_VOCABULARY) all.add(`${syllable()}${syllable()}${syllable()}${random() < 0.5 ? syllable() : ''}`);
+  const ranked = [...all];
+  for (let i = ranked.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [ranked[i], ranked[j]] = [ranked[j]!, ranked[i]!];
+  }
+  return ranked;
+}
 
 export function growWorkspace(target: DatabaseTarget, options: GrowOptions): Promise<Growth> {
   return withClient(target, (client) => grow(client, target.kind, options));
@@ -117,6 +146,7 @@ async function grow(client: PoolClient, engine: DatabaseTarget['kind'], options:
   )).rows;
   for (const { indexname } of index) await client.query(`drop index ${indexname}`);
 
+  const vocabulary = syntheticVocabulary(options.words);
   const insertStarted = performance.now();
   const firstFile = Number((await client.query<{ n: number }>(`select count(*)::int as n from kb_files where filename like 'synthetic-%'`)).rows[0]!.n) + 1;
   const files = Math.ceil(needed / CHUNKS_PER_FILE);
@@ -134,14 +164,15 @@ async function grow(client: PoolClient, engine: DatabaseTarget['kind'], options:
        )
        insert into kb_chunks (file_id, account_id, chunk_index, content, embedding, embedding_model)
        select files.id, $5, i,
-              (select string_agg(($9::text[])[1 + floor(random() * $10::int)::int], ' ')
+              -- floor(N^u) for uniform u is k with probability ln((k+1)/k) / ln N: ∝ 1/k, Zipf with exponent 1.
+              (select string_agg(($9::text[])[floor(power($10::float8, random()))::int], ' ')
                  from generate_series(1, 110 + (i * 7) % 41)),
               l2_normalize(b.embedding + (select array_agg((random() - 0.5) * $11::float8)::vector from generate_series(1, 512 + 0 * i))),
               $7
          from files
         cross join lateral generate_series(0, files.chunk_count - 1) i
          join bench_bases b on b.n = mod(abs(hashtext(files.id::text)) + i, $12::int)`,
-      [from, to, CHUNKS_PER_FILE, needed, options.accountId, firstFile, template.embedding_model, template.created_by, options.words, options.words.length, NOISE, bases],
+      [from, to, CHUNKS_PER_FILE, needed, options.accountId, firstFile, template.embedding_model, template.created_by, vocabulary, vocabulary.length, NOISE, bases],
     );
     const inserted = Math.min(needed, (to + 1) * CHUNKS_PER_FILE);
     // A line per 10% is enough to show it moves.

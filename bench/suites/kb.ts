@@ -17,6 +17,7 @@
  * Environment (to shorten a run while working on one part):
  *   BENCH_KB_CHUNKS        workspace sizes for the latency table (default 10000,100000)
  *   BENCH_KB_UPLOAD_BYTES  size of the memory-test upload (default 1073741824)
+ *   BENCH_KB_SECTIONS      which parts to run, of quality,ingestion,latency,upload (default all)
  */
 import path from 'node:path';
 import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage, benchEngines } from '../lib/hark.ts';
@@ -64,6 +65,13 @@ const UPLOAD_CREDITS = 100;
 
 const CHUNK_SIZES = (process.env.BENCH_KB_CHUNKS ?? '10000,100000').split(',').map(Number);
 const UPLOAD_BYTES = Number(process.env.BENCH_KB_UPLOAD_BYTES ?? 2 ** 30);
+const SECTIONS = ['quality', 'ingestion', 'latency', 'upload'] as const;
+type Section = (typeof SECTIONS)[number];
+const SECTIONS_RUN = new Set((process.env.BENCH_KB_SECTIONS ?? SECTIONS.join(',')).split(',').map((name) => name.trim()));
+for (const name of SECTIONS_RUN) {
+  if (!SECTIONS.includes(name as Section)) throw new Error(`BENCH_KB_SECTIONS: unknown section ${JSON.stringify(name)} (known: ${SECTIONS.join(', ')})`);
+}
+const runs = (section: Section) => SECTIONS_RUN.has(section);
 
 interface QualityRow {
   engine: string;
@@ -113,10 +121,16 @@ export const kb: Suite = {
     const set = loadQualitySet(ctx.repoRoot);
     const results: Results = { quality: [], ingestion: [], latency: [], memory: [] };
     for (const engine of engines) {
-      await measureRetrieval(ctx, engine, set, results);
-      await measureUploadMemory(ctx, engine, results);
+      if (runs('quality') || runs('ingestion') || runs('latency')) await measureRetrieval(ctx, engine, set, results);
+      if (runs('upload')) await measureUploadMemory(ctx, engine, results);
     }
-    return [qualityTable(set, results.quality, skipped), ingestionTable(results.ingestion, skipped), latencyTable(results.latency, skipped), memoryTable(results.memory, skipped)];
+    const tables: Array<[Section, Table]> = [
+      ['quality', qualityTable(set, results.quality, skipped)],
+      ['ingestion', ingestionTable(results.ingestion, skipped)],
+      ['latency', latencyTable(results.latency, skipped)],
+      ['upload', memoryTable(results.memory, skipped)],
+    ];
+    return tables.filter(([section]) => runs(section)).map(([, table]) => table);
   },
 };
 
@@ -146,7 +160,7 @@ async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualityS
     await client.attach(file.id);
     await client.waitReady(file.id, READY_TIMEOUT_MS);
   }
-  for (const mode of SEARCH_MODES) {
+  for (const mode of runs('quality') ? SEARCH_MODES : []) {
     const ranks = new Map<QualityQuestion, number | undefined>();
     for (const question of set.questions) ranks.set(question, firstRelevantRank(await client.search(question.question, mode, TOP_K), question, TOP_K));
     results.quality.push({ engine: engineLabel, mode, ranks });
@@ -155,10 +169,12 @@ async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualityS
   }
 
   const vocab = vocabulary(set);
-  const inputs = [
-    { input: `generated text, ${fmt(INGEST_TEXT_BYTES / 2 ** 20)} MiB`, filename: 'ingest-corpus.txt', mimeType: 'text/plain', bytes: Buffer.from(generatedProse(vocab, INGEST_TEXT_BYTES, 1)) },
-    { input: `generated PDF, ${INGEST_PDF_PAGES} pages`, filename: 'ingest-corpus.pdf', mimeType: 'application/pdf', bytes: await generatedPdf(vocab, INGEST_PDF_PAGES, 2), pages: INGEST_PDF_PAGES },
-  ];
+  const inputs = runs('ingestion')
+    ? [
+        { input: `generated text, ${fmt(INGEST_TEXT_BYTES / 2 ** 20)} MiB`, filename: 'ingest-corpus.txt', mimeType: 'text/plain', bytes: Buffer.from(generatedProse(vocab, INGEST_TEXT_BYTES, 1)) },
+        { input: `generated PDF, ${INGEST_PDF_PAGES} pages`, filename: 'ingest-corpus.pdf', mimeType: 'application/pdf', bytes: await generatedPdf(vocab, INGEST_PDF_PAGES, 2), pages: INGEST_PDF_PAGES },
+      ]
+    : [];
   // One at a time, so each has the processing workers to itself.
   for (const { input, filename, mimeType, bytes, pages } of inputs) {
     ctx.progress(`${engineLabel}: ingesting ${input}`);
@@ -173,7 +189,7 @@ async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualityS
 
   const target = databaseTarget(storage);
   let queryOffset = 0;
-  for (const chunks of CHUNK_SIZES) {
+  for (const chunks of runs('latency') ? CHUNK_SIZES : []) {
     // PGlite's files belong to one process at a time; PostgreSQL gets the same treatment so both rows mean the same.
     await server.stop();
     ctx.progress(`${engineLabel}: growing the workspace to ${chunks} chunks`);
@@ -332,7 +348,7 @@ function latencyTable(rows: LatencyRow[], skipped: string[]): Table {
     }),
     notes: [
       `From sending the request to the whole answer, in the benchmark process, top_k ${TOP_K}, after ${LATENCY_WARMUP} warm-up queries; every query is a different string (a question of the quality set with one of ${QUERY_PREFIXES.length} prefixes), so each one is embedded by the server. The three modes take turns query by query.`,
-      'The workspace holds the quality set and the ingestion corpus (real chunks and embeddings) plus synthetic chunks inserted straight into the database while the server was stopped: each vector is a real chunk embedding plus noise, renormalised (cosine ≈ 0.8 to it); each text 110 to 150 words of the quality set\'s vocabulary; every file ready and attached to the assistant searched. The HNSW index is dropped for the insert and built again after it (the migration\'s definition, maintenance_work_mem 1 GB on PostgreSQL, 512 MB on PGlite).',
+      'The workspace holds the quality set and the ingestion corpus (real chunks and embeddings) plus synthetic chunks inserted straight into the database while the server was stopped: each vector is a real chunk embedding plus noise, renormalised (cosine ≈ 0.8 to it); each text 110 to 150 words with Zipf-like frequencies (probability ∝ 1/rank) over the quality set\'s ~1,200 words mixed with pseudo-words, 20,000 words in all, ranks shuffled, so a query word is in anything from most chunks to a handful (the first version drew words uniformly from the quality vocabulary alone, which put nearly every query word in nearly every chunk, unlike any real library, and made every keyword query rank most of the library); every file ready and attached to the assistant searched. The HNSW index is dropped for the insert and built again after it (the migration\'s definition, maintenance_work_mem 1 GB on PostgreSQL, 512 MB on PGlite).',
       `The target applies on PostgreSQL with ${TARGET_LATENCY.chunks / 1000}k chunks, hybrid mode, query embedding included.`,
       ...skipped,
     ],

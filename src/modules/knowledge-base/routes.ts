@@ -267,7 +267,7 @@ export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: Pi
         summary: "Search an assistant's knowledge base",
         description:
           'Covers the `ready` files attached to the assistant (which must be in the caller\'s workspace: 404 otherwise). ' +
-          `\`mode\` (extension): \`hybrid\` (default) fuses a vector search (cosine, HNSW) and a full-text search (any of the query's words, ranked by ts_rank_cd) by reciprocal rank fusion (k = ${RRF_K}); \`semantic\` uses the vector search only, \`keyword\` the full-text search only. ` +
+          `\`mode\` (extension): \`hybrid\` (default) fuses a vector search (cosine, HNSW) and a full-text search (chunks holding the query's rarest words first, widened to commoner ones when too few match, all ranked by ts_rank_cd against every query word) by reciprocal rank fusion (k = ${RRF_K}); \`semantic\` uses the vector search only, \`keyword\` the full-text search only. ` +
           '`hits` holds the `top_k` best chunks (`adjacent: false`), then the chunks right before and after each of them that are not hits themselves (`adjacent: true`), in the order of their primaries. ' +
           'With no hits the answer also carries `reason`: `no_files_attached`, `no_ready_files`, or `no_matches` (ready files, but nothing matched: possible in keyword mode).',
         body: Type.Object({

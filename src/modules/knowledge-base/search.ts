@@ -4,7 +4,18 @@ import { AppError } from '../../platform/http/errors.ts';
 import { compareVersions } from '../../platform/db/database.ts';
 import type { Embedder } from '../../providers/embeddings/index.ts';
 import { assistantsService } from '../assistants/service.ts';
-import { chunksAt, keywordSearch, pgvectorVersion, searchableFiles, semanticSearch, type ChunkHit } from './search-queries.ts';
+import {
+  chunksAt,
+  keywordSearch,
+  lexemeFrequencies,
+  lexemeGroups,
+  pgvectorVersion,
+  queryLexemes,
+  searchableFiles,
+  semanticSearch,
+  type ChunkPosition,
+  type LexemeFrequencies,
+} from './search-queries.ts';
 
 export const SEARCH_MODES = ['hybrid', 'semantic', 'keyword'] as const;
 export type SearchMode = (typeof SEARCH_MODES)[number];
@@ -15,6 +26,10 @@ export const DEFAULT_TOP_K = 6;
 export const RRF_K = 60;
 /** Each list contributes this many candidates per requested hit to the fusion. */
 const CANDIDATES_PER_HIT = 5;
+/** How long the lexeme statistics are reused: they change only when ANALYZE runs, and reading them costs a query. */
+const LEXEME_FREQUENCIES_TTL_MS = 60_000;
+/** Lexeme groups the full-text side tries at most (each ranks about KEYWORD_RANKED_ROWS_BUDGET rows). */
+const KEYWORD_GROUPS = 3;
 
 export type SearchReason = 'no_files_attached' | 'no_ready_files' | 'no_matches';
 export type MatchType = 'semantic' | 'keyword';
@@ -40,7 +55,11 @@ export interface SearchInput {
   accountSlug?: string;
 }
 
-const key = (hit: { file_id: string; chunk_index: number }) => `${hit.file_id}:${hit.chunk_index}`;
+const key = (hit: ChunkPosition) => `${hit.file_id}:${hit.chunk_index}`;
+
+export interface FusedPosition extends ChunkPosition {
+  match_type: MatchType;
+}
 
 /**
  * Reciprocal rank fusion of the semantic and keyword lists: the top `topK`
@@ -48,8 +67,8 @@ const key = (hit: { file_id: string; chunk_index: number }) => `${hit.file_id}:$
  * `semantic` when the vector search ranked it and `keyword` when only the
  * full-text search did.
  */
-export function fuse(semantic: ChunkHit[], keyword: ChunkHit[], topK: number): Array<ChunkHit & { match_type: MatchType }> {
-  const fused = new Map<string, { hit: ChunkHit; score: number; semanticRank: number; match_type: MatchType }>();
+export function fuse(semantic: ChunkPosition[], keyword: ChunkPosition[], topK: number): FusedPosition[] {
+  const fused = new Map<string, { hit: ChunkPosition; score: number; semanticRank: number; match_type: MatchType }>();
   semantic.forEach((hit, i) => fused.set(key(hit), { hit, score: 1 / (RRF_K + i + 1), semanticRank: i, match_type: 'semantic' }));
   keyword.forEach((hit, i) => {
     const entry = fused.get(key(hit));
@@ -59,11 +78,12 @@ export function fuse(semantic: ChunkHit[], keyword: ChunkHit[], topK: number): A
   return [...fused.values()]
     .sort((a, b) => b.score - a.score || a.semanticRank - b.semanticRank || a.hit.file_id.localeCompare(b.hit.file_id) || a.hit.chunk_index - b.hit.chunk_index)
     .slice(0, topK)
-    .map(({ hit, match_type }) => ({ ...hit, match_type }));
+    .map(({ hit, match_type }) => ({ file_id: hit.file_id, chunk_index: hit.chunk_index, match_type }));
 }
 
 export class KnowledgeBaseSearch {
   private iterativeScan?: Promise<boolean>;
+  private frequencies?: { readAt: number; value: Promise<LexemeFrequencies> };
 
   constructor(
     private readonly ctx: AppContext,
@@ -89,46 +109,48 @@ export class KnowledgeBaseSearch {
     const topK = input.top_k ?? DEFAULT_TOP_K;
     const mode = input.mode ?? 'hybrid';
     const embedder = this.embedder(this.ctx);
-    const [vector] = await embedder.embed([input.query]);
-    if (!vector) throw new Error('the embedder returned no vector for the query');
     const fileIds = files.ready.map((f) => f.id);
+    const candidateChunks = files.ready.reduce((sum, f) => sum + f.chunk_count, 0);
     const candidates = topK * CANDIDATES_PER_HIT;
-    const iterativeScan = await this.supportsIterativeScan();
 
-    const semantic =
-      mode === 'keyword'
-        ? []
-        : await this.ctx.db.transaction((trx) =>
-            semanticSearch(trx, {
-              fileIds,
-              candidateChunks: files.ready.reduce((sum, f) => sum + f.chunk_count, 0),
-              vector,
-              model: embedder.model,
-              limit: candidates,
-              iterativeScan,
-            }),
-          );
-    const keyword = mode === 'semantic' ? [] : await keywordSearch(db, { fileIds, text: input.query, vector, limit: candidates });
+    // The full-text side needs no vector: it runs while the query is embedded
+    // and, on PostgreSQL, while the vector search runs on another pooled
+    // connection. PGlite has one connection, which takes the queries in turn.
+    const semanticSide = embedder.embed([input.query]).then(async ([vector]) => {
+      if (!vector) throw new Error('the embedder returned no vector for the query');
+      if (mode === 'keyword') return { vector, hits: [] };
+      const iterativeScan = await this.supportsIterativeScan();
+      const hits = await this.ctx.db.transaction((trx) => semanticSearch(trx, { fileIds, candidateChunks, vector, model: embedder.model, limit: candidates, iterativeScan }));
+      return { vector, hits };
+    });
+    const keywordSide = mode === 'semantic' ? Promise.resolve([]) : this.keywordSearch(fileIds, candidateChunks, input.query, candidates);
+    const [{ vector, hits: semantic }, keyword] = await Promise.all([semanticSide, keywordSide]);
     const primaries = fuse(semantic, keyword, topK);
     if (primaries.length === 0) return { hits: [], reason: 'no_matches' };
 
     const present = new Set(primaries.map(key));
-    const wanted: Array<{ fileId: string; chunkIndex: number; match_type: MatchType }> = [];
+    const wanted: Array<{ fileId: string; chunkIndex: number; match_type: MatchType; adjacent: boolean }> = primaries.map((hit) => ({
+      fileId: hit.file_id,
+      chunkIndex: hit.chunk_index,
+      match_type: hit.match_type,
+      adjacent: false,
+    }));
     for (const hit of primaries) {
       for (const chunkIndex of [hit.chunk_index - 1, hit.chunk_index + 1]) {
         const position = `${hit.file_id}:${chunkIndex}`;
         if (chunkIndex < 0 || present.has(position)) continue;
         present.add(position);
-        wanted.push({ fileId: hit.file_id, chunkIndex, match_type: hit.match_type });
+        wanted.push({ fileId: hit.file_id, chunkIndex, match_type: hit.match_type, adjacent: true });
       }
     }
-    const neighbours = new Map((await chunksAt(db, wanted, vector)).map((hit) => [key(hit), hit]));
-    const adjacent = wanted.flatMap((w) => {
-      const hit = neighbours.get(`${w.fileId}:${w.chunkIndex}`);
-      return hit ? [{ ...hit, match_type: w.match_type, adjacent: true }] : [];
+    // One read for the hits and their neighbours: the ranking queries returned positions only.
+    const stored = new Map((await chunksAt(db, wanted, vector)).map((hit) => [key(hit), hit]));
+    const found = wanted.flatMap((w) => {
+      const hit = stored.get(`${w.fileId}:${w.chunkIndex}`);
+      return hit ? [{ ...hit, match_type: w.match_type, adjacent: w.adjacent }] : [];
     });
 
-    const hits = [...primaries.map((hit) => ({ ...hit, adjacent: false })), ...adjacent].map(
+    const hits = found.map(
       (hit, i): SearchHit => ({
         rank: i + 1,
         file_id: hit.file_id,
@@ -142,6 +164,37 @@ export class KnowledgeBaseSearch {
       }),
     );
     return { hits };
+  }
+
+  /**
+   * Full-text candidates: the chunks holding the rarest lexemes first, then
+   * those holding the next group while fewer than `limit` were found
+   * (search-queries.ts lexemeGroups), at most KEYWORD_GROUPS groups, so the
+   * rows ranked stay bounded whatever the query; each group's chunks ranked
+   * by all the query's lexemes.
+   */
+  private async keywordSearch(fileIds: string[], candidateChunks: number, text: string, limit: number): Promise<ChunkPosition[]> {
+    const db = this.ctx.db.kysely;
+    const [lexemes, frequencies] = await Promise.all([queryLexemes(db, text), this.lexemeFrequencies()]);
+    const hits = new Map<string, ChunkPosition>();
+    for (const group of lexemeGroups(lexemes, frequencies, candidateChunks).slice(0, KEYWORD_GROUPS)) {
+      for (const hit of await keywordSearch(db, { fileIds, match: group, rank: lexemes, limit })) if (!hits.has(key(hit))) hits.set(key(hit), hit);
+      if (hits.size >= limit) break;
+    }
+    return [...hits.values()].slice(0, limit);
+  }
+
+  private lexemeFrequencies(): Promise<LexemeFrequencies> {
+    const now = Date.now();
+    if (!this.frequencies || now - this.frequencies.readAt > LEXEME_FREQUENCIES_TTL_MS) {
+      const value = lexemeFrequencies(this.ctx.db.kysely);
+      // A failed read is not kept: the next search asks again.
+      value.catch(() => {
+        if (this.frequencies?.value === value) this.frequencies = undefined;
+      });
+      this.frequencies = { readAt: now, value };
+    }
+    return this.frequencies.value;
   }
 
   private supportsIterativeScan(): Promise<boolean> {

@@ -7,7 +7,8 @@ import pino from 'pino';
 import { FakeLlmUpstream, fakeEmbedding } from '../../../test/fake-llm-upstream.ts';
 import { testConfig } from '../../../test/helpers.ts';
 import type { AppContext } from '../../platform/context.ts';
-import { EMBEDDING_DIMENSIONS, EmbeddingsError, embedderFor, LocalEmbedder, OpenAiEmbedder, type EmbeddingsErrorKind } from './index.ts';
+import { EMBEDDING_DIMENSIONS, EmbeddingsError, embedderFor, LocalEmbedder, LOCAL_EMBEDDING_MODEL, OpenAiEmbedder, type EmbeddingsErrorKind } from './index.ts';
+import { MAX_SENTENCE_CHARS, sentencesOf } from './sentences.ts';
 
 const dot = (a: number[], b: number[]) => a.reduce((sum, x, i) => sum + x * b[i]!, 0);
 const norm = (v: number[]) => Math.sqrt(dot(v, v));
@@ -42,7 +43,23 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     ]);
     assertUnitVectors([cat!, paraphrase!, unrelated!], 3);
     assert.ok(dot(cat!, paraphrase!) > dot(cat!, unrelated!) + 0.2, `paraphrase ${dot(cat!, paraphrase!)} vs unrelated ${dot(cat!, unrelated!)}`);
-    assert.equal(embedder.model, 'use-lite-512');
+    assert.equal(embedder.model, 'use-lite-512-sentence-mean');
+    assert.equal(LOCAL_EMBEDDING_MODEL, embedder.model);
+  });
+
+  test("a text's vector is the unit-length mean of its sentences' vectors; a one-sentence text keeps its own", async () => {
+    const sentences = ['Refunds are paid within 30 days.', 'The device weighs 240 grams.', 'Support answers on weekdays.'];
+    const [first, second, third, paragraph] = await embedder.embed([...sentences, `${sentences.join(' ')}\n`]);
+    const sum = first!.map((value, i) => value + second![i]! + third![i]!);
+    assertUnitVectors([paragraph!], 1);
+    assert.ok(dot(paragraph!, sum) / norm(sum) > 0.9999, 'the paragraph points where the sum of its sentences does');
+    const [alone] = await embedder.embed([sentences[0]!]);
+    assert.ok(dot(alone!, first!) > 0.9999);
+  });
+
+  test('empty, markup-only and very long texts still get one unit vector each', async () => {
+    const unbroken = 'x'.repeat(3 * MAX_SENTENCE_CHARS);
+    assertUnitVectors(await embedder.embed(['', '   ', '---', unbroken, 'word '.repeat(1000)]), 5);
   });
 
   test('concurrent requests larger than a batch each get their own vectors, in order', async () => {
@@ -72,6 +89,28 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     const child = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { encoding: 'utf8', timeout: 120_000 });
     assert.equal(child.status, 0, child.stderr);
     assert.equal(child.stdout.trim(), String(EMBEDDING_DIMENSIONS));
+  });
+});
+
+describe('sentencesOf (what the local embedder embeds one by one)', () => {
+  test('ends sentences at . ! ? : … and CJK full stops followed by whitespace, and at line breaks', () => {
+    const text = 'Do I need a Perch? No. Forwarding takes minutes: moving "takes days." (Or weeks!)\n\n## Refunds\n- within 30 days\n- v1.5 only… 次の文。終わり';
+    assert.deepEqual(sentencesOf(text), ['Do I need a Perch?', 'No.', 'Forwarding takes minutes:', 'moving "takes days."', '(Or weeks!)', '## Refunds', '- within 30 days', '- v1.5 only…', '次の文。', '終わり']);
+  });
+
+  test('drops pieces without a letter or digit unless nothing else is left', () => {
+    assert.deepEqual(sentencesOf('Intro.\n---\n* \nEnd.'), ['Intro.', 'End.']);
+    assert.deepEqual(sentencesOf(' --- '), ['---']);
+    assert.deepEqual(sentencesOf(''), ['']);
+  });
+
+  test('cuts a sentence longer than the limit at its last space in reach, or hard when there is none', () => {
+    const words = sentencesOf('abcd '.repeat(10).trim(), 12);
+    assert.deepEqual(words, ['abcd abcd', 'abcd abcd', 'abcd abcd', 'abcd abcd', 'abcd abcd']);
+    assert.deepEqual(sentencesOf('x'.repeat(25), 10), ['x'.repeat(10), 'x'.repeat(10), 'x'.repeat(5)]);
+    const emoji = sentencesOf('😀'.repeat(8), 5);
+    assert.ok(emoji.every((piece) => piece.length <= 5 && !/[\ud800-\udbff]$/.test(piece)), JSON.stringify(emoji));
+    assert.equal(emoji.join(''), '😀'.repeat(8));
   });
 });
 

@@ -4,7 +4,7 @@
 export const EMBEDDING_DIMENSIONS = 512;
 
 export interface Embedder {
-  /** Recorded on every chunk; changing it makes reprocess re-embed. e.g. 'use-lite-512', 'openai:text-embedding-3-small@512' */
+  /** Recorded on every chunk; changing it makes reprocess re-embed. e.g. 'use-lite-512-sentence-mean', 'openai:text-embedding-3-small@512' */
   readonly model: string;
   /** Unit-length vectors of EMBEDDING_DIMENSIONS numbers, one per input, same order. */
   embed(texts: string[]): Promise<number[][]>;

@@ -5,6 +5,7 @@ import type { Embedder } from '../../../providers/embeddings/index.ts';
 import * as store from '../store.ts';
 import { chunkPages, type TextChunk } from './chunk.ts';
 import { ExtractionError, extractText, type KbMimeType } from './parse.ts';
+import { refreshChunkStatistics } from '../search-queries.ts';
 
 /**
  * Processing a knowledge-base file, as one durable job per (file, generation):
@@ -135,6 +136,8 @@ export class FileProcessor {
       throw new Error(`expected ${chunks.length} chunks of ${embedder.model}, found ${stored.size}`);
     }
     await this.advance(id, generation, 'ready', { embedding_model: embedder.model });
+    // Keyword search sizes its queries with the lexeme statistics; the file is ready whether or not this works.
+    await refreshChunkStatistics(this.db).catch((error: unknown) => this.ctx.logger.warn({ err: error }, 'could not refresh the knowledge-base chunk statistics'));
   }
 
   /**
