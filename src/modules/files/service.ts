@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import { perContext, type AppContext } from '../../platform/context.ts';
 import type { Actor, UserActor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
-import { BlobTooLargeError } from '../../platform/storage/blob-store.ts';
+import { BlobTooLargeError, discardBlob } from '../../platform/storage/blob-store.ts';
 import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
 
@@ -149,7 +149,7 @@ export class FilesService {
     } catch (error) {
       // put() leaves nothing behind when it fails, but a blob that was stored
       // before a later check failed must go; deleting a missing key is a no-op.
-      if (blobKey !== undefined) await this.discardBlob(blobKey);
+      if (blobKey !== undefined) await discardBlob(this.ctx.blobs, this.ctx.logger, blobKey, 'a refused workspace-file upload');
       if (error instanceof BlobTooLargeError) throw badRequest(FILE_MESSAGES.tooLarge);
       throw error;
     }
@@ -206,15 +206,6 @@ export class FilesService {
     } catch (error) {
       if (error instanceof AppError && (error.code === 'not_found' || error.code === 'forbidden')) throw unauthorized();
       throw error;
-    }
-  }
-
-  private async discardBlob(key: string): Promise<void> {
-    try {
-      await this.ctx.blobs.delete(key);
-    } catch (error) {
-      // The request's own error matters more to the client; the orphan is logged for cleanup.
-      this.ctx.logger.error({ err: error, key }, 'could not delete the blob of a refused workspace-file upload');
     }
   }
 }

@@ -5,7 +5,7 @@ import type { Tx } from '../../platform/db/database.ts';
 import type { Actor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
 import type { MultipartPart } from '../../platform/http/multipart.ts';
-import { BlobTooLargeError } from '../../platform/storage/blob-store.ts';
+import { BlobTooLargeError, discardBlob } from '../../platform/storage/blob-store.ts';
 import { accountsService, type Account } from '../accounts/service.ts';
 import { assistantsService } from '../assistants/service.ts';
 import { creditsService } from '../credits/service.ts';
@@ -159,12 +159,12 @@ export class KnowledgeBaseService {
       const outcome = await this.db.transaction((trx) =>
         this.record(trx, { accountId: account.id, filename: file.filename, mimeType: file.mimeType, sizeBytes: file.size, sha256: file.sha256, blobKey: key, createdBy: actor.kind === 'user' ? actor.userId : null }),
       );
-      if ('deduplicated' in outcome) await this.discardBlob(key);
+      if ('deduplicated' in outcome) await discardBlob(this.ctx.blobs, this.ctx.logger, key, 'a refused or duplicate knowledge-base upload');
       return outcome;
     } catch (error) {
       // put() leaves nothing behind when it fails, but a blob stored before a
       // later step failed must go; deleting a missing key is a no-op.
-      if (blobKey !== undefined) await this.discardBlob(blobKey);
+      if (blobKey !== undefined) await discardBlob(this.ctx.blobs, this.ctx.logger, blobKey, 'a refused or duplicate knowledge-base upload');
       if (error instanceof BlobTooLargeError) {
         throw new AppError('bad_request', KB_MESSAGES.tooLarge(maxBytes), [{ field: 'file', message: `must be at most ${maxBytes} bytes` }]);
       }
@@ -296,15 +296,6 @@ export class KnowledgeBaseService {
     const file = UUID.test(fileId) ? await store.findFile(this.db.kysely, account.id, fileId) : undefined;
     if (!file) throw fileNotFound();
     return { idempotent: !(await store.detach(this.db.kysely, account.id, assistantId, fileId)) };
-  }
-
-  private async discardBlob(key: string): Promise<void> {
-    try {
-      await this.ctx.blobs.delete(key);
-    } catch (error) {
-      // The request's own answer matters more; the orphan is logged for cleanup.
-      this.ctx.logger.error({ err: error, key }, 'could not delete the blob of a refused or duplicate knowledge-base upload');
-    }
   }
 }
 

@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { Readable } from 'node:stream';
 
 /** What a finished write reports: the bytes actually stored and their digest, computed while streaming. */
@@ -56,5 +57,18 @@ export class InvalidBlobKeyError extends Error {
   constructor(readonly key: string) {
     super('invalid blob key');
     this.name = 'InvalidBlobKeyError';
+  }
+}
+
+/**
+ * Deletes the blob of an upload that was refused or turned out a duplicate.
+ * A failure is logged, not thrown: the request's own answer matters more to
+ * the client, and the log line names the orphan for cleanup.
+ */
+export async function discardBlob(blobs: BlobStore, logger: Logger, key: string, what: string): Promise<void> {
+  try {
+    await blobs.delete(key);
+  } catch (error) {
+    logger.error({ err: error, key }, `could not delete the blob of ${what}`);
   }
 }
