@@ -5,6 +5,7 @@ import { AppError } from '../../platform/http/errors.ts';
 import type { Actor } from '../../platform/http/auth.ts';
 import { randomToken, sha256Hex } from '../../platform/crypto/tokens.ts';
 import type { Role } from './tables.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 /** Any of the spec's three names for a workspace (ARCHITECTURE "Conventions"). */
 export interface AccountRef {
@@ -26,7 +27,6 @@ export interface Access {
 }
 
 const ROLE_RANK: Record<Role, number> = { member: 1, admin: 2, owner: 3 };
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const INVITATION_SECONDS = 7 * 24 * 3600;
 
 export function slugify(name: string): string {
@@ -50,7 +50,7 @@ export class AccountsService {
   async findAccount(ref: AccountRef): Promise<Account | undefined> {
     const id = ref.accountId ?? ref.teamId;
     if (id !== undefined) {
-      if (!UUID.test(id)) return undefined;
+      if (!isUuid(id)) return undefined;
       return this.db.kysely.selectFrom('accounts').select(['id', 'slug', 'name']).where('id', '=', id).executeTakeFirst();
     }
     if (ref.accountSlug !== undefined) {
@@ -268,7 +268,7 @@ export class AccountsService {
   }
 
   private async lockedMember(trx: Tx, accountId: string, userId: string) {
-    if (!UUID.test(userId)) throw new AppError('not_found', 'Member not found');
+    if (!isUuid(userId)) throw new AppError('not_found', 'Member not found');
     // Lock every owner row too, so two concurrent demotions cannot both pass the last-owner check.
     const rows = await trx
       .selectFrom('memberships')

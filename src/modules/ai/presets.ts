@@ -2,12 +2,11 @@ import { perContext, type AppContext } from '../../platform/context.ts';
 import type { Actor } from '../../platform/http/auth.ts';
 import { AppError, type FieldError } from '../../platform/http/errors.ts';
 import * as store from './store.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 export const PRESET_TITLE_MAX = 200;
 /** §8: prompts are at most 20000 characters. */
 export const PRESET_PROMPT_MAX = 20_000;
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** §2.3 as the API shows it: flags as 1/0, `uid` repeating `user_id` for older clients. */
 export interface Preset {
@@ -72,14 +71,14 @@ export class PresetsService {
       ]);
     }
     const userId = userOf(actor);
-    const row = UUID.test(id) ? await store.updateEditablePreset(this.ctx.db.kysely, userId, id, changes) : undefined;
+    const row = isUuid(id) ? await store.updateEditablePreset(this.ctx.db.kysely, userId, id, changes) : undefined;
     if (!row) throw presetNotFound();
     return toPreset(row);
   }
 
   async remove(actor: Actor, id: string): Promise<{ changes: number }> {
     const userId = userOf(actor);
-    const changes = UUID.test(id) ? await store.deleteEditablePreset(this.ctx.db.kysely, userId, id) : 0;
+    const changes = isUuid(id) ? await store.deleteEditablePreset(this.ctx.db.kysely, userId, id) : 0;
     if (changes === 0) throw presetNotFound();
     return { changes };
   }

@@ -6,6 +6,7 @@ import { sha256Hex } from '../../platform/crypto/tokens.ts';
 import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
 import { apiKeyCache } from './key-cache.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 /** §5 rule 6. Other modules name their route scopes from this list. */
 export const KNOWN_SCOPES = ['kb:read', 'kb:write', 'assistants:read', 'assistants:write', 'calls:create'] as const;
@@ -23,7 +24,6 @@ const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const UNBIASED_BYTE_LIMIT = 256 - (256 % BASE62.length);
 const VISIBLE_CHARS = 8;
 const SECRET_CHARS = 48;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const DAY_MS = 24 * 3600 * 1000;
 
 /** Uniform base62 string from the CSPRNG, by rejection sampling (no modulo bias). */
@@ -278,7 +278,7 @@ export class ApiKeysService {
   async audit(actor: Actor, input: { accountSlug: string; limit?: number; before?: string }): Promise<{ events: AuditEvent[]; next_before: string | null }> {
     const { account } = await accountsService(this.ctx).access(requireUser(actor), { accountSlug: input.accountSlug }, 'admin');
     const limit = input.limit ?? 50;
-    if (input.before !== undefined && !(UUID.test(input.before) && (await store.eventExists(this.db.kysely, account.id, input.before)))) {
+    if (input.before !== undefined && !(isUuid(input.before) && (await store.eventExists(this.db.kysely, account.id, input.before)))) {
       throw new AppError('validation_failed', 'before must be the id of an event of this workspace (a next_before value)', [
         { field: 'before', message: 'is not an event of this workspace' },
       ]);
@@ -317,7 +317,7 @@ export class ApiKeysService {
    * a plain member of the key's workspace gets 403.
    */
   private async manageableAccount(user: Actor, id: string): Promise<string> {
-    const accountId = UUID.test(id) ? await store.accountOfKey(this.db.kysely, id) : undefined;
+    const accountId = isUuid(id) ? await store.accountOfKey(this.db.kysely, id) : undefined;
     if (!accountId) throw keyNotFound();
     try {
       await accountsService(this.ctx).access(user, { accountId }, 'admin');

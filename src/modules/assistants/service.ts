@@ -17,6 +17,7 @@ import {
 import * as store from './store.ts';
 import type { AssistantType, TelephonySettings } from './tables.ts';
 import { assistantWebhooks, DEFAULT_SUBSCRIBED_EVENTS, generateWebhookSecret, webhookUrlProblems, type WebhookEvent } from './webhooks.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 export const ASSISTANT_TYPES = ['inbound', 'outbound', 'web'] as const satisfies readonly AssistantType[];
 export const DEFAULT_TYPE: AssistantType = 'inbound';
@@ -25,8 +26,6 @@ export const MAX_PROMPT = 20_000;
 export const MAX_FIRST_MESSAGE = 2_000;
 export const DEFAULT_PAGE_SIZE = 20;
 export const MAX_PAGE_SIZE = 100;
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** The assistant as every endpoint returns it; the webhook secret only ever as `has_secret`. */
 export interface AssistantView {
@@ -177,7 +176,7 @@ export class AssistantsService {
    * exactly like an unknown id, so nobody learns another tenant's ids.
    */
   async locate(actor: Actor, assistantId: string, accountSlug?: string): Promise<Account> {
-    const accountId = UUID.test(assistantId) ? await store.accountOfAssistant(this.db.kysely, assistantId) : undefined;
+    const accountId = isUuid(assistantId) ? await store.accountOfAssistant(this.db.kysely, assistantId) : undefined;
     if (!accountId) throw assistantNotFound();
     try {
       const { account } = await accountsService(this.ctx).access(actor, accountSlug === undefined ? { accountId } : { accountSlug });
@@ -229,7 +228,7 @@ export class AssistantsService {
   async list(actor: Actor, input: { accountSlug?: string; limit?: number; cursor?: string }): Promise<{ assistants: AssistantView[]; next_cursor: string | null }> {
     const { account } = await accountsService(this.ctx).access(actor, { accountSlug: input.accountSlug });
     const limit = input.limit ?? DEFAULT_PAGE_SIZE;
-    if (input.cursor !== undefined && !(UUID.test(input.cursor) && (await store.assistantEverExisted(this.db.kysely, account.id, input.cursor)))) {
+    if (input.cursor !== undefined && !(isUuid(input.cursor) && (await store.assistantEverExisted(this.db.kysely, account.id, input.cursor)))) {
       throw new AppError('validation_failed', 'cursor must be a next_cursor value from this list', [{ field: 'cursor', message: 'is not a cursor of this workspace' }]);
     }
     // One row more than asked tells whether another page exists without a count.
@@ -340,7 +339,7 @@ export class AssistantsService {
   async deliveries(actor: Actor, assistantId: string, input: { accountSlug?: string; limit?: number; cursor?: string }): Promise<{ deliveries: DeliveryView[]; next_cursor: string | null }> {
     await this.locate(actor, assistantId, input.accountSlug);
     const limit = input.limit ?? DEFAULT_PAGE_SIZE;
-    if (input.cursor !== undefined && !(UUID.test(input.cursor) && (await store.deliveryExists(this.db.kysely, assistantId, input.cursor)))) {
+    if (input.cursor !== undefined && !(isUuid(input.cursor) && (await store.deliveryExists(this.db.kysely, assistantId, input.cursor)))) {
       throw new AppError('validation_failed', 'cursor must be a next_cursor value from this list', [{ field: 'cursor', message: 'is not a delivery of this assistant' }]);
     }
     const rows = await store.listDeliveries(this.db.kysely, assistantId, { limit: limit + 1, after: input.cursor });

@@ -4,6 +4,7 @@ import type { Actor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
 import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 /**
  * The closed list of ledger reasons (also a check constraint in
@@ -94,7 +95,6 @@ export interface AutoReloadSettings {
   amountMinor: number;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const MAX_REFERENCE_LENGTH = 500;
 
 // ---- exact decimal arithmetic: amounts are integers of millionths (numeric(20, 6)) ----
@@ -195,7 +195,7 @@ export class CreditsService {
     if (reference !== null && (reference.length === 0 || reference.length > MAX_REFERENCE_LENGTH)) {
       throw invalid('reference', `must be 1 to ${MAX_REFERENCE_LENGTH} characters`);
     }
-    if (!UUID.test(input.accountId)) throw new AppError('not_found', 'Workspace not found');
+    if (!isUuid(input.accountId)) throw new AppError('not_found', 'Workspace not found');
 
     await store.ensureBalance(trx, input.accountId);
     const balance = await store.lockBalance(trx, input.accountId);
@@ -260,7 +260,7 @@ export class CreditsService {
     const threshold = parseAmount(settings.threshold);
     if (threshold === undefined || threshold < 0n) throw invalid('auto_reload_threshold', 'must be a non-negative decimal with at most 6 decimal places');
     if (!Number.isSafeInteger(settings.amountMinor) || settings.amountMinor < 0) throw invalid('auto_reload_amount', 'must be a non-negative integer of cents');
-    if (!UUID.test(accountId)) throw new AppError('not_found', 'Workspace not found');
+    if (!isUuid(accountId)) throw new AppError('not_found', 'Workspace not found');
     await store.ensureBalance(trx, accountId);
     if (!(await store.lockBalance(trx, accountId))) throw new AppError('not_found', 'Workspace not found');
     return record(await store.updateAutoReload(trx, accountId, { enabled: settings.enabled, threshold: toColumn(threshold), amountMinor: settings.amountMinor }));
@@ -279,7 +279,7 @@ export class CreditsService {
     const accountId = await this.accountFor(actor, input.accountId);
     const limit = input.limit ?? 50;
     const db = this.ctx.db.kysely;
-    if (input.before !== undefined && !(UUID.test(input.before) && (await store.entryExists(db, accountId, input.before)))) {
+    if (input.before !== undefined && !(isUuid(input.before) && (await store.entryExists(db, accountId, input.before)))) {
       throw new AppError('validation_failed', 'before must be the id of a ledger entry of this workspace (a next_before value)', [
         { field: 'before', message: 'is not a ledger entry of this workspace' },
       ]);

@@ -6,6 +6,7 @@ import { AppError } from '../../platform/http/errors.ts';
 import { BlobTooLargeError, discardBlob } from '../../platform/storage/blob-store.ts';
 import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 /**
  * §8 "Workspace file size: 25 MB", read as 25 MiB = 26,214,400 bytes. The
@@ -29,7 +30,6 @@ export const FILE_MESSAGES = {
   notFound: 'File not found',
 } as const;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** type/subtype made of RFC 7230 token characters; anything else is stored as octet-stream rather than echoed into headers. */
 const MIME_TYPE = /^[a-z0-9!#$&^_.+-]{1,127}\/[a-z0-9!#$&^_.+-]{1,127}$/i;
 const FALLBACK_MIME_TYPE = 'application/octet-stream';
@@ -159,7 +159,7 @@ export class FilesService {
   async downloadUrl(actor: Actor, input: { fileId?: string; accountId?: string }): Promise<{ url: string }> {
     const { fileId, accountId } = this.query(input);
     await this.member(this.user(actor), accountId);
-    const row = UUID.test(fileId) ? await store.findFile(this.ctx.db.kysely, accountId, fileId) : undefined;
+    const row = isUuid(fileId) ? await store.findFile(this.ctx.db.kysely, accountId, fileId) : undefined;
     if (!row) throw fileNotFound();
     const url = await this.ctx.blobs.signedUrl(row.blob_key, { expiresInSeconds: URL_TTL_SECONDS, filename: row.original_name, contentType: row.mime_type });
     return { url };
@@ -173,7 +173,7 @@ export class FilesService {
   async remove(actor: Actor, input: { fileId?: string; accountId?: string }): Promise<void> {
     const { fileId, accountId } = this.query(input);
     await this.member(this.user(actor), accountId);
-    if (!UUID.test(fileId)) throw fileNotFound();
+    if (!isUuid(fileId)) throw fileNotFound();
     await this.ctx.db.transaction(async (trx) => {
       const row = await store.lockFile(trx, accountId, fileId);
       if (!row) throw fileNotFound();

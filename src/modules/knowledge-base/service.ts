@@ -14,6 +14,7 @@ import { PROCESS_FILE_JOB, type ProcessFileJob } from './pipeline/process.ts';
 import { storageCharge, STORAGE_BLOCK_BYTES } from './storage-credits.ts';
 import * as store from './store.ts';
 import type { KbFileStatus } from './tables.ts';
+import { isUuid } from '../../platform/ids.ts';
 
 /** §8: download URLs are valid 5 minutes. */
 export const DOWNLOAD_URL_TTL_SECONDS = 5 * 60;
@@ -28,8 +29,6 @@ export const KB_MESSAGES = {
   deduplicated: 'An identical file is already in this library; the existing file is returned and no storage credits were charged',
   tooLarge: (maxBytes: number) => `File is too large: the knowledge-base limit is ${maxBytes} bytes${maxBytes === 1024 ** 3 ? ' (1 GiB)' : ''}`,
 } as const;
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** §2.5 knowledge-base file. */
 export interface KbFileView {
@@ -81,7 +80,7 @@ function encodeCursor(position: store.ListPosition): string {
 
 function decodeCursor(cursor: string): store.ListPosition {
   const match = /^(\d{1,17}):([0-9a-f-]{36})$/i.exec(Buffer.from(cursor, 'base64url').toString());
-  if (!match || !UUID.test(match[2]!)) {
+  if (!match || !isUuid(match[2]!)) {
     throw new AppError('validation_failed', 'cursor must be a next_cursor value from this list', [{ field: 'cursor', message: 'is not a cursor of this list' }]);
   }
   return { createdMicros: Number(match[1]), id: match[2]! };
@@ -105,7 +104,7 @@ export class KnowledgeBaseService {
    * "not found", exactly like an unknown id.
    */
   private async locateFile(actor: Actor, fileId: string, accountSlug?: string): Promise<{ account: Account; file: store.KbFileRow }> {
-    const accountId = UUID.test(fileId) ? await store.accountOfFile(this.db.kysely, fileId) : undefined;
+    const accountId = isUuid(fileId) ? await store.accountOfFile(this.db.kysely, fileId) : undefined;
     if (!accountId) throw fileNotFound();
     let account: Account;
     try {
@@ -284,7 +283,7 @@ export class KnowledgeBaseService {
   /** Attaches a library file of the assistant's workspace; `idempotent` when it already was. */
   async attach(actor: Actor, assistantId: string, input: { file_id: string; accountSlug?: string }): Promise<{ idempotent: boolean }> {
     const account = await assistantsService(this.ctx).locate(actor, assistantId, input.accountSlug);
-    const file = UUID.test(input.file_id) ? await store.findFile(this.db.kysely, account.id, input.file_id) : undefined;
+    const file = isUuid(input.file_id) ? await store.findFile(this.db.kysely, account.id, input.file_id) : undefined;
     if (!file) throw fileNotFound();
     const attached = await store.attach(this.db.kysely, { assistantId, fileId: file.id, accountId: account.id });
     return { idempotent: !attached };
@@ -293,7 +292,7 @@ export class KnowledgeBaseService {
   /** Detaches only (the file stays in the library); `idempotent` when it was not attached. */
   async detach(actor: Actor, assistantId: string, fileId: string, accountSlug?: string): Promise<{ idempotent: boolean }> {
     const account = await assistantsService(this.ctx).locate(actor, assistantId, accountSlug);
-    const file = UUID.test(fileId) ? await store.findFile(this.db.kysely, account.id, fileId) : undefined;
+    const file = isUuid(fileId) ? await store.findFile(this.db.kysely, account.id, fileId) : undefined;
     if (!file) throw fileNotFound();
     return { idempotent: !(await store.detach(this.db.kysely, account.id, assistantId, fileId)) };
   }
