@@ -2,6 +2,7 @@ import { sql, type Kysely, type Selectable } from 'kysely';
 import type { Tables } from '../../platform/db/tables.ts';
 import type { ApiKeyTables } from './tables.ts';
 import { KEY_CHANGED_CHANNEL } from './key-cache.ts';
+import { olderThanCursor } from '../../platform/db/keyset.ts';
 
 /**
  * Every SQL statement of the api-keys module except the auth hook's lookup
@@ -175,9 +176,7 @@ export async function listEvents(db: Db, accountId: string, options: { limit: nu
     .select(['e.id', 'e.api_key_id', 'k.key_prefix', 'e.event', 'e.actor_user_id', 'e.changes', 'e.created_at'])
     .where('e.account_id', '=', accountId);
   if (options.before !== undefined) {
-    query = query.where(
-      sql<boolean>`(e.created_at, e.id) < (select b.created_at, b.id from api_key_events b where b.account_id = ${accountId} and b.id = ${options.before})`,
-    );
+    query = query.where(olderThanCursor('e', { table: 'api_key_events', scopeColumn: 'account_id', scopeId: accountId, id: options.before }));
   }
   return query.orderBy('e.created_at', 'desc').orderBy('e.id', 'desc').limit(options.limit).execute();
 }

@@ -2,6 +2,7 @@ import { sql, type Kysely, type Selectable } from 'kysely';
 import type { Tables } from '../../platform/db/tables.ts';
 import type { ModelSettings, TranscriberSettings, VoiceSettings } from './catalogue.ts';
 import type { AssistantTables, AssistantType, DeliveryStatus, TelephonySettings } from './tables.ts';
+import { olderThanCursor } from '../../platform/db/keyset.ts';
 
 /**
  * Every SQL statement of the assistants module. Each statement that touches
@@ -48,15 +49,13 @@ export async function findAssistant(db: Db, accountId: string, id: string, optio
 }
 
 /**
- * Newest first, `limit` rows strictly older than the assistant `after`. The
- * cursor row is compared in SQL on (created_at, id): timestamps keep
- * microseconds there, which a JavaScript Date would lose, and the id breaks
- * ties. Deleted rows stay in the table, so a cursor survives its row's deletion.
+ * Newest first, `limit` rows strictly older than the assistant `after`.
+ * Deleted rows stay in the table, so a cursor survives its row's deletion.
  */
 export async function listAssistants(db: Db, accountId: string, options: { limit: number; after?: string }): Promise<AssistantRow[]> {
   let query = db.selectFrom('assistants as a').select(ASSISTANT_COLUMNS.map((c) => `a.${c}` as const)).where('a.account_id', '=', accountId).where('a.deleted_at', 'is', null);
   if (options.after !== undefined) {
-    query = query.where(sql<boolean>`(a.created_at, a.id) < (select c.created_at, c.id from assistants c where c.account_id = ${accountId} and c.id = ${options.after})`);
+    query = query.where(olderThanCursor('a', { table: 'assistants', scopeColumn: 'account_id', scopeId: accountId, id: options.after }));
   }
   return query.orderBy('a.created_at', 'desc').orderBy('a.id', 'desc').limit(options.limit).execute();
 }
@@ -260,7 +259,7 @@ export async function abandonDelivery(db: Db, deliveryId: string, reason: string
 export async function listDeliveries(db: Db, assistantId: string, options: { limit: number; after?: string }): Promise<DeliveryRow[]> {
   let query = db.selectFrom('webhook_deliveries as d').selectAll('d').where('d.assistant_id', '=', assistantId);
   if (options.after !== undefined) {
-    query = query.where(sql<boolean>`(d.created_at, d.id) < (select c.created_at, c.id from webhook_deliveries c where c.assistant_id = ${assistantId} and c.id = ${options.after})`);
+    query = query.where(olderThanCursor('d', { table: 'webhook_deliveries', scopeColumn: 'assistant_id', scopeId: assistantId, id: options.after }));
   }
   return query.orderBy('d.created_at', 'desc').orderBy('d.id', 'desc').limit(options.limit).execute();
 }

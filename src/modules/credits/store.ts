@@ -1,6 +1,7 @@
 import { sql, type Kysely, type Selectable } from 'kysely';
 import type { Tables } from '../../platform/db/tables.ts';
 import type { CreditTables } from './tables.ts';
+import { olderThanCursor } from '../../platform/db/keyset.ts';
 
 /**
  * Every SQL statement of the credits module. Each one names the workspace, so
@@ -137,9 +138,7 @@ export async function listEntries(db: Db, accountId: string, options: { limit: n
   let query = db.selectFrom('credit_ledger as l').select(LEDGER_COLUMNS.map((c) => `l.${c}` as const)).where('l.account_id', '=', accountId);
   if (options.reason !== undefined) query = query.where('l.reason', '=', options.reason);
   if (options.before !== undefined) {
-    query = query.where(
-      sql<boolean>`(l.created_at, l.id) < (select b.created_at, b.id from credit_ledger b where b.account_id = ${accountId} and b.id = ${options.before})`,
-    );
+    query = query.where(olderThanCursor('l', { table: 'credit_ledger', scopeColumn: 'account_id', scopeId: accountId, id: options.before }));
   }
   return query.orderBy('l.created_at', 'desc').orderBy('l.id', 'desc').limit(options.limit).execute();
 }
