@@ -367,6 +367,19 @@ function ratioCell(a: number[] | undefined, b: number[] | undefined): { text: st
   return { text: `${fmtRatio(middle)} (${ratios.map(fmtRatio).join(', ')})`, median: middle };
 }
 
+/** A row measured direct, through the bare proxy and through Hark: each target's rounds, then Hark against the other two. */
+function throughThreeTargets(row: Row): string[] {
+  return [
+    row.engine,
+    row.mode,
+    eachRound(row.values.direct, 0),
+    eachRound(row.values['bare proxy'], 0),
+    eachRound(row.values['via Hark'], 0),
+    ratioCell(row.values['via Hark'], row.values.direct).text,
+    ratioCell(row.values['via Hark'], row.values['bare proxy']).text,
+  ];
+}
+
 function ttfbTable(results: Results, skipped: string[]): Table {
   return {
     title: 'Time to first byte, one request at a time (ms)',
@@ -422,15 +435,7 @@ function rawTable(results: Results, skipped: string[]): Table {
   return {
     title: 'Raw relay speed: a 1 MiB completion sent as fast as the sockets take it (MiB/s received, one at a time)',
     columns: ['database', 'mode', 'direct (each round)', 'bare proxy (each round)', 'via Hark (each round)', 'via Hark / direct', 'via Hark / bare proxy'],
-    rows: results.raw.map((row) => [
-      row.engine,
-      row.mode,
-      eachRound(row.values.direct, 0),
-      eachRound(row.values['bare proxy'], 0),
-      eachRound(row.values['via Hark'], 0),
-      ratioCell(row.values['via Hark'], row.values.direct).text,
-      ratioCell(row.values['via Hark'], row.values['bare proxy']).text,
-    ]),
+    rows: results.raw.map(throughThreeTargets),
     notes: [
       `${LARGE.chunks} chunks of ${LARGE.chunkSize} characters (1 MiB of content; streaming: ${LARGE.chunks + 3} SSE events, non-streaming: one JSON body), checked once to arrive byte for byte the same through each target. ${RAW_SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, ${ROUNDS} rounds.`,
       'No model sends this fast: the upstream here answers 1 MiB in a couple of milliseconds, so any proxy, which copies every byte through one more process (on cores the client and the upstream share), shows up as a large fraction. The bare proxy column is that floor; Hark against it shows the cost of Hark itself (mostly per request: authentication and the session lookup).',
@@ -443,15 +448,7 @@ function rateTable(results: Results, skipped: string[]): Table {
   return {
     title: `Small completions per second, ${RATE_CONNECTIONS} connections (for reference)`,
     columns: ['database', 'mode', 'direct req/s (each round)', 'bare proxy req/s (each round)', 'via Hark req/s (each round)', 'via Hark / direct', 'via Hark / bare proxy'],
-    rows: results.rates.map((row) => [
-      row.engine,
-      row.mode,
-      eachRound(row.values.direct, 0),
-      eachRound(row.values['bare proxy'], 0),
-      eachRound(row.values['via Hark'], 0),
-      ratioCell(row.values['via Hark'], row.values.direct).text,
-      ratioCell(row.values['via Hark'], row.values['bare proxy']).text,
-    ]),
+    rows: results.rates.map(throughThreeTargets),
     notes: [
       `autocannon in the benchmark process, ${RATE_CONNECTIONS} connections, ${RATE_SECONDS} s per run, ${ROUNDS} rounds. With an instant, tiny answer the per-request costs dominate (authentication with its session lookup, routing, validation, one log line, the second hop); no target applies here.`,
       ...skipped,
