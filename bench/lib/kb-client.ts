@@ -162,12 +162,25 @@ export class KbClient {
   }
 
   async search(query: string, mode: SearchMode, topK: number): Promise<SearchHit[]> {
-    const body = await this.call<{ hits: SearchHit[] }>('POST', '/api/kb/search', { assistant_id: this.assistantId, query, top_k: topK, mode });
-    return body.hits;
+    return (await this.timedSearch(query, mode, topK)).hits;
+  }
+
+  /** The hits and how long the server says the query took to embed (its Server-Timing `embedding` metric). */
+  async timedSearch(query: string, mode: SearchMode, topK: number): Promise<{ hits: SearchHit[]; embeddingMs?: number }> {
+    const { body, headers } = await request<{ hits: SearchHit[] }>(this.baseUrl, 'POST', '/api/kb/search', {
+      body: { assistant_id: this.assistantId, query, top_k: topK, mode },
+      headers: { authorization: `Bearer ${this.apiKey}` },
+    });
+    const embedding = /(?:^|,\s*)embedding;dur=([\d.]+)/.exec(headers.get('server-timing') ?? '');
+    return { hits: body.hits, embeddingMs: embedding ? Number(embedding[1]) : undefined };
   }
 }
 
 async function json<T>(baseUrl: string, method: string, path: string, options: { body?: unknown; headers?: Record<string, string> }): Promise<T> {
+  return (await request<T>(baseUrl, method, path, options)).body;
+}
+
+async function request<T>(baseUrl: string, method: string, path: string, options: { body?: unknown; headers?: Record<string, string> }): Promise<{ body: T; headers: Headers }> {
   const res = await fetch(`${baseUrl}${path}`, {
     method,
     headers: { ...(options.body === undefined ? {} : { 'content-type': 'application/json' }), ...options.headers },
@@ -175,5 +188,5 @@ async function json<T>(baseUrl: string, method: string, path: string, options: {
   });
   const text = await res.text();
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
-  return JSON.parse(text) as T;
+  return { body: JSON.parse(text) as T, headers: res.headers };
 }

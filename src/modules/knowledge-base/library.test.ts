@@ -370,7 +370,9 @@ describe('knowledge-base library and attachments', () => {
     assertError(await search({ assistant_id: crypto.randomUUID(), query: 'hello' }), 404, 'not_found');
 
     const fresh = await newAssistant(key.fullKey);
-    assert.deepEqual((await search({ assistant_id: fresh, query: 'anything' })).json(), { success: true, hits: [], reason: 'no_files_attached' });
+    const unattached = await search({ assistant_id: fresh, query: 'anything' });
+    assert.deepEqual(unattached.json(), { success: true, hits: [], reason: 'no_files_attached' });
+    assert.match(String(unattached.headers['server-timing']), /^search;dur=\d+\.\d$/, 'no embedding metric when the search ended before it needed the vector');
 
     const blank = (await uploadText(' \n \n ', `blank-${crypto.randomUUID()}.txt`)).file.id;
     assert.equal((await kbFileReaches(rt, key.fullKey, blank)).status, 'failed');
@@ -382,7 +384,11 @@ describe('knowledge-base library and attachments', () => {
     assert.equal((await kbFileReaches(rt, key.fullKey, ready)).status, 'ready');
     await call(rt, { method: 'POST', url: `/api/assistants/${fresh}/knowledge-base`, headers: bearer(key.fullKey), payload: { file_id: ready } });
     assert.deepEqual((await search({ assistant_id: fresh, query: 'photosynthesis chlorophyll', mode: 'keyword' })).json(), { success: true, hits: [], reason: 'no_matches' });
-    const found = (await search({ assistant_id: fresh, query: 'wind speed', mode: 'keyword' })).json();
+    const foundResponse = await search({ assistant_id: fresh, query: 'wind speed', mode: 'keyword' });
+    const timing = /^search;dur=(\d+\.\d), embedding;dur=(\d+\.\d)$/.exec(String(foundResponse.headers['server-timing']));
+    assert.ok(timing, `Server-Timing: ${foundResponse.headers['server-timing']}`);
+    assert.ok(Number(timing[2]) > 0 && Number(timing[2]) <= Number(timing[1]), 'the embedding is part of the search');
+    const found = foundResponse.json();
     assert.equal(found.reason, undefined);
     assert.deepEqual(Object.keys(found.hits[0]).sort(), ['adjacent', 'chunk_index', 'content', 'file_id', 'filename', 'match_type', 'page_number', 'rank', 'similarity']);
     assert.equal(found.hits[0].match_type, 'keyword');

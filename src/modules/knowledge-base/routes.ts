@@ -7,7 +7,7 @@ import { AppError } from '../../platform/http/errors.ts';
 import { multipartErrorCode, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
 import { errorResponses, Nullable, StringEnum } from '../../platform/http/schemas.ts';
 import type { PipelineOptions } from './pipeline/process.ts';
-import { DEFAULT_TOP_K, KnowledgeBaseSearch, MAX_QUERY_CHARS, MAX_TOP_K, RRF_K, SEARCH_MODES } from './search.ts';
+import { DEFAULT_TOP_K, KnowledgeBaseSearch, MAX_QUERY_CHARS, MAX_TOP_K, RRF_K, SEARCH_MODES, type SearchTiming } from './search.ts';
 import { DEFAULT_PAGE_SIZE, DOWNLOAD_URL_TTL_SECONDS, KB_MESSAGES, MAX_FILENAME_LENGTH, MAX_PAGE_SIZE, knowledgeBaseService } from './service.ts';
 import { STORAGE_RULE_DESCRIPTION } from './storage-credits.ts';
 import { KB_FILE_STATUSES } from './tables.ts';
@@ -80,6 +80,13 @@ const UploadBody = {
 };
 
 /** Besides the file, a form may carry a few fields we ignore (clients add their own); one file only. */
+/** A Server-Timing header value (W3C Server Timing), durations in ms: `search;dur=21.4, embedding;dur=12.9`. */
+function serverTiming(timing: SearchTiming): string {
+  const metrics = [`search;dur=${timing.totalMs.toFixed(1)}`];
+  if (timing.embeddingMs !== undefined) metrics.push(`embedding;dur=${timing.embeddingMs.toFixed(1)}`);
+  return metrics.join(', ');
+}
+
 function multipartLimits(maxFileBytes: number) {
   return {
     // One byte past the service's own limit, so the blob store's limit decides and answers the message.
@@ -267,9 +274,10 @@ export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: Pi
         summary: "Search an assistant's knowledge base",
         description:
           'Covers the `ready` files attached to the assistant (which must be in the caller\'s workspace: 404 otherwise). ' +
-          `\`mode\` (extension): \`hybrid\` (default) fuses a vector search (cosine, HNSW) and a full-text search (chunks holding the query's rarest words first, widened to commoner ones when too few match, all ranked by ts_rank_cd against every query word) by reciprocal rank fusion (k = ${RRF_K}); \`semantic\` uses the vector search only, \`keyword\` the full-text search only. ` +
+          `\`mode\` (extension): \`hybrid\` (default) fuses a vector search (cosine, HNSW) and a full-text search (chunks holding the query's rarest words first, widened to commoner ones when too few match, all ranked by ts_rank against every query word) by reciprocal rank fusion (k = ${RRF_K}); \`semantic\` uses the vector search only, \`keyword\` the full-text search only. ` +
           '`hits` holds the `top_k` best chunks (`adjacent: false`), then the chunks right before and after each of them that are not hits themselves (`adjacent: true`), in the order of their primaries. ' +
-          'With no hits the answer also carries `reason`: `no_files_attached`, `no_ready_files`, or `no_matches` (ready files, but nothing matched: possible in keyword mode).',
+          'With no hits the answer also carries `reason`: `no_files_attached`, `no_ready_files`, or `no_matches` (ready files, but nothing matched: possible in keyword mode). ' +
+          'The `Server-Timing` header says where the time went: `search` (the whole search, in ms) and `embedding` (how long the query took to embed; it runs while the assistant and its files are looked up and the full-text side searches, so it is part of `search`).',
         body: Type.Object({
           assistant_id: Type.String({ minLength: 1, maxLength: 100, description: 'the assistant whose attached files are searched' }),
           query: Type.String({ minLength: 1, maxLength: MAX_QUERY_CHARS, description: `1 to ${MAX_QUERY_CHARS} characters, not blank` }),
@@ -287,7 +295,11 @@ export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: Pi
         },
       },
     },
-    async (request) => ({ success: true as const, ...(await search.search(actorOf(request), request.body)) }),
+    async (request, reply) => {
+      const { timing, ...result } = await search.search(actorOf(request), request.body);
+      reply.header('server-timing', serverTiming(timing));
+      return { success: true as const, ...result };
+    },
   );
 
   app.get(

@@ -47,6 +47,23 @@ export interface SearchHit {
   adjacent: boolean;
 }
 
+/**
+ * Where a search's time went, for the Server-Timing header: the whole
+ * search, and how long the query's embedding took (absent when the search
+ * ended before it was needed). The embedding overlaps the lookups and the
+ * full-text side, so it is part of `totalMs`, not an addition to it.
+ */
+export interface SearchTiming {
+  totalMs: number;
+  embeddingMs?: number;
+}
+
+export interface SearchResult {
+  hits: SearchHit[];
+  reason?: SearchReason;
+  timing: SearchTiming;
+}
+
 export interface SearchInput {
   assistant_id: string;
   query: string;
@@ -96,37 +113,48 @@ export class KnowledgeBaseSearch {
    * after each primary that are not hits themselves (`adjacent: true`), in
    * the order of their primaries; ranks number the whole list.
    */
-  async search(actor: Actor, input: SearchInput): Promise<{ hits: SearchHit[]; reason?: SearchReason }> {
+  async search(actor: Actor, input: SearchInput): Promise<SearchResult> {
     if (input.query.trim() === '') {
       throw new AppError('validation_failed', 'Invalid body: query must not be blank', [{ field: 'query', message: 'must not be blank' }]);
     }
+    const startedAt = performance.now();
+    const timing = (): SearchTiming => ({ totalMs: performance.now() - startedAt, ...(embeddingMs === undefined ? {} : { embeddingMs }) });
+    let embeddingMs: number | undefined;
+    const embedder = this.embedder(this.ctx);
+    // The query's vector takes longest to get (about 10 ms with the local model), and every mode needs it (hits carry
+    // their similarity), so it is computed while the assistant and its files are looked up and the full-text side runs.
+    // A request refused meanwhile leaves it unused.
+    const queryVector = embedder.embed([input.query]).then(([vector]) => {
+      if (!vector) throw new Error('the embedder returned no vector for the query');
+      embeddingMs = performance.now() - startedAt;
+      return vector;
+    });
+    queryVector.catch(() => {});
+
     const account = await assistantsService(this.ctx).locate(actor, input.assistant_id, input.accountSlug);
     const db = this.ctx.db.kysely;
     const files = await searchableFiles(db, account.id, input.assistant_id);
-    if (files.attached === 0) return { hits: [], reason: 'no_files_attached' };
-    if (files.ready.length === 0) return { hits: [], reason: 'no_ready_files' };
+    if (files.attached === 0) return { hits: [], reason: 'no_files_attached', timing: timing() };
+    if (files.ready.length === 0) return { hits: [], reason: 'no_ready_files', timing: timing() };
 
     const topK = input.top_k ?? DEFAULT_TOP_K;
     const mode = input.mode ?? 'hybrid';
-    const embedder = this.embedder(this.ctx);
     const fileIds = files.ready.map((f) => f.id);
     const candidateChunks = files.ready.reduce((sum, f) => sum + f.chunk_count, 0);
     const candidates = topK * CANDIDATES_PER_HIT;
 
-    // The full-text side needs no vector: it runs while the query is embedded
-    // and, on PostgreSQL, while the vector search runs on another pooled
-    // connection. PGlite has one connection, which takes the queries in turn.
-    const semanticSide = embedder.embed([input.query]).then(async ([vector]) => {
-      if (!vector) throw new Error('the embedder returned no vector for the query');
-      if (mode === 'keyword') return { vector, hits: [] };
-      const iterativeScan = await this.supportsIterativeScan();
-      const hits = await this.ctx.db.transaction((trx) => semanticSearch(trx, { fileIds, candidateChunks, vector, model: embedder.model, limit: candidates, iterativeScan }));
-      return { vector, hits };
-    });
+    // The full-text side needs no vector: on PostgreSQL it runs on another pooled connection while the query is
+    // embedded and the vector search runs. PGlite has one connection, which takes the queries in turn.
+    const semanticSide =
+      mode === 'keyword'
+        ? Promise.resolve([])
+        : Promise.all([queryVector, this.supportsIterativeScan()]).then(([vector, iterativeScan]) =>
+            this.ctx.db.transaction((trx) => semanticSearch(trx, { fileIds, candidateChunks, vector, model: embedder.model, limit: candidates, iterativeScan })),
+          );
     const keywordSide = mode === 'semantic' ? Promise.resolve([]) : this.keywordSearch(fileIds, candidateChunks, input.query, candidates);
-    const [{ vector, hits: semantic }, keyword] = await Promise.all([semanticSide, keywordSide]);
+    const [vector, semantic, keyword] = await Promise.all([queryVector, semanticSide, keywordSide]);
     const primaries = fuse(semantic, keyword, topK);
-    if (primaries.length === 0) return { hits: [], reason: 'no_matches' };
+    if (primaries.length === 0) return { hits: [], reason: 'no_matches', timing: timing() };
 
     const present = new Set(primaries.map(key));
     const wanted: Array<{ fileId: string; chunkIndex: number; match_type: MatchType; adjacent: boolean }> = primaries.map((hit) => ({
@@ -163,7 +191,7 @@ export class KnowledgeBaseSearch {
         adjacent: hit.adjacent,
       }),
     );
-    return { hits };
+    return { hits, timing: timing() };
   }
 
   /**
