@@ -18,6 +18,11 @@
  *   BENCH_KB_CHUNKS        workspace sizes for the latency table (default 10000,100000)
  *   BENCH_KB_UPLOAD_BYTES  size of the memory-test upload (default 1073741824)
  *   BENCH_KB_SECTIONS      which parts to run, of quality,ingestion,latency,upload (default all)
+ *   BENCH_KB_ENGINES       which databases, of pglite,postgres (default both; postgres only when reachable)
+ *   BENCH_KB_EMBEDDER      local (default: the offline model) or upstream: EMBEDDINGS_PROVIDER=openai against
+ *                          the fake upstream (test/fake-llm-upstream.ts, its own process), which answers at once,
+ *                          so the latency table shows the search without the model's time. Its vectors mean
+ *                          nothing, so only the latency section runs with it.
  */
 import path from 'node:path';
 import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage, benchEngines } from '../lib/hark.ts';
@@ -72,6 +77,15 @@ for (const name of SECTIONS_RUN) {
   if (!SECTIONS.includes(name as Section)) throw new Error(`BENCH_KB_SECTIONS: unknown section ${JSON.stringify(name)} (known: ${SECTIONS.join(', ')})`);
 }
 const runs = (section: Section) => SECTIONS_RUN.has(section);
+const ENGINES_RUN = new Set((process.env.BENCH_KB_ENGINES ?? 'pglite,postgres').split(',').map((name) => name.trim()));
+const EMBEDDERS = ['local', 'upstream'] as const;
+type EmbedderChoice = (typeof EMBEDDERS)[number];
+const EMBEDDER = (process.env.BENCH_KB_EMBEDDER ?? 'local') as EmbedderChoice;
+if (!EMBEDDERS.includes(EMBEDDER)) throw new Error(`BENCH_KB_EMBEDDER: unknown embedder ${JSON.stringify(EMBEDDER)} (known: ${EMBEDDERS.join(', ')})`);
+if (EMBEDDER === 'upstream' && [...SECTIONS_RUN].some((name) => name !== 'latency')) {
+  throw new Error("BENCH_KB_EMBEDDER=upstream measures latency only (the fake upstream's vectors carry no meaning): set BENCH_KB_SECTIONS=latency");
+}
+const EMBEDDER_LABEL: Record<EmbedderChoice, string> = { local: 'local model', upstream: 'instant upstream' };
 
 interface QualityRow {
   engine: string;
@@ -110,8 +124,16 @@ interface MemoryRow {
   samples: number;
 }
 
+/** The quality set asked again with each of QUERY_PREFIXES' conversational openings: how much filler costs recall. */
+interface PrefixedRow {
+  engine: string;
+  mode: SearchMode;
+  ranks: Array<number | undefined>;
+}
+
 interface Results {
   quality: QualityRow[];
+  prefixed: PrefixedRow[];
   ingestion: IngestionRow[];
   latency: LatencyRow[];
   memory: MemoryRow[];
@@ -123,13 +145,14 @@ export const kb: Suite = {
   async run(ctx) {
     const { engines, skipped } = await benchEngines();
     const set = loadQualitySet(ctx.repoRoot);
-    const results: Results = { quality: [], ingestion: [], latency: [], memory: [] };
-    for (const engine of engines) {
-      if (runs('quality') || runs('ingestion') || runs('latency')) await measureRetrieval(ctx, engine, set, results);
+    const results: Results = { quality: [], prefixed: [], ingestion: [], latency: [], memory: [] };
+    const embedderEnv = EMBEDDER === 'upstream' ? await startEmbeddingsUpstream(ctx) : {};
+    for (const engine of engines.filter((candidate) => ENGINES_RUN.has(candidate.kind))) {
+      if (runs('quality') || runs('ingestion') || runs('latency')) await measureRetrieval(ctx, engine, set, results, embedderEnv);
       if (runs('upload')) await measureUploadMemory(ctx, engine, results);
     }
     const tables: Array<[Section, Table]> = [
-      ['quality', qualityTable(set, results.quality, skipped)],
+      ['quality', qualityTable(set, results.quality, results.prefixed, skipped)],
       ['ingestion', ingestionTable(results.ingestion, skipped)],
       ['latency', latencyTable(results.latency, skipped)],
       ['upload', memoryTable(results.memory, skipped)],
@@ -151,11 +174,19 @@ async function startKbServer(ctx: SuiteContext, storage: HarkStorage, label: str
   return server;
 }
 
+/** The server settings that make Hark embed through the fake upstream (BENCH_KB_EMBEDDER=upstream). */
+async function startEmbeddingsUpstream(ctx: SuiteContext): Promise<Record<string, string>> {
+  const label = 'fake-llm-upstream';
+  const fake = await startServer({ label, args: ['--import', 'tsx', 'test/fake-llm-upstream.ts'], cwd: ctx.repoRoot, env: {}, readyPath: '/health', logFile: ctx.logFile(label) });
+  ctx.defer(() => fake.stop());
+  return { EMBEDDINGS_PROVIDER: 'openai', LLM_BASE_URL: `${fake.baseUrl}/v1`, LLM_API_KEY: 'bench-upstream-key' };
+}
+
 /** Quality, ingestion and latency share one workspace: its real chunks seed the synthetic ones. */
-async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualitySet, results: Results): Promise<void> {
+async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualitySet, results: Results, embedderEnv: Record<string, string>): Promise<void> {
   const engineLabel = ENGINE_LABEL[engine.kind];
   const storage = await freshStorage(ctx, engine);
-  let server = await startKbServer(ctx, storage, `kb-${engine.kind}`);
+  let server = await startKbServer(ctx, storage, `kb-${engine.kind}`, embedderEnv);
   let client = await KbClient.create(server.baseUrl, engine.kind);
 
   ctx.progress(`${engineLabel}: uploading the quality set (${set.documents.length} documents)`);
@@ -170,6 +201,14 @@ async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualityS
     results.quality.push({ engine: engineLabel, mode, ranks });
     const scores = retrievalScores([...ranks.values()]);
     ctx.progress(`${engineLabel} ${mode}: recall@${TOP_K} ${fmt(scores.recall, 3)}, MRR ${fmt(scores.mrr, 3)}`);
+  }
+  for (const mode of runs('quality') ? (['semantic', 'hybrid'] as const) : []) {
+    const ranks: Array<number | undefined> = [];
+    for (const { text, question } of distinctQueries(set).filter(({ text, question }) => text !== question.question)) {
+      ranks.push(firstRelevantRank(await client.search(text, mode, TOP_K), question, TOP_K));
+    }
+    results.prefixed.push({ engine: engineLabel, mode, ranks });
+    ctx.progress(`${engineLabel} ${mode} with prefixes: recall@${TOP_K} ${fmt(retrievalScores(ranks).recall, 3)}`);
   }
 
   const vocab = vocabulary(set);
@@ -199,7 +238,7 @@ async function measureRetrieval(ctx: SuiteContext, engine: Engine, set: QualityS
     ctx.progress(`${engineLabel}: growing the workspace to ${chunks} chunks`);
     const growth = await growWorkspace(target, { accountId: client.accountId, assistantId: client.assistantId, targetChunks: chunks, words: vocab, progress: ctx.progress });
     ctx.progress(`${engineLabel}: ${growth.chunksAfter} chunks (insert ${fmt(growth.insertSeconds)} s, index ${fmt(growth.indexSeconds)} s)`);
-    server = await startKbServer(ctx, storage, `kb-${engine.kind}-${chunks}`);
+    server = await startKbServer(ctx, storage, `kb-${engine.kind}-${chunks}`, embedderEnv);
     client = client.at(server.baseUrl);
 
     const queries = distinctQueries(set);
@@ -279,7 +318,7 @@ async function measureUploadMemory(ctx: SuiteContext, engine: Engine, results: R
   await storage.release();
 }
 
-function qualityTable(set: QualitySet, rows: QualityRow[], skipped: string[]): Table {
+function qualityTable(set: QualitySet, rows: QualityRow[], prefixed: PrefixedRow[], skipped: string[]): Table {
   const counts = Object.fromEntries(QUESTION_KINDS.map((kind) => [kind, set.questions.filter((q) => q.kind === kind).length]));
   const misses = rows
     .filter((row) => row.mode === 'hybrid')
@@ -295,11 +334,15 @@ function qualityTable(set: QualitySet, rows: QualityRow[], skipped: string[]): T
       const byKind = QUESTION_KINDS.map((kind) => retrievalScores([...row.ranks].filter(([q]) => q.kind === kind).map(([, rank]) => rank)).recall);
       const target = row.mode !== 'hybrid' ? '—' : all.recall >= TARGET_HYBRID_RECALL ? `met (≥ ${TARGET_HYBRID_RECALL})` : `missed (< ${TARGET_HYBRID_RECALL})`;
       return [row.engine, row.mode, fmt(all.recall, 3), fmt(all.mrr, 3), fmt(byKind[0], 3), fmt(byKind[1], 3), target];
-    }),
+    }).concat(prefixed.map((row) => {
+      const scores = retrievalScores(row.ranks);
+      return [row.engine, `${row.mode}, after a conversational opening`, fmt(scores.recall, 3), fmt(scores.mrr, 3), '—', '—', '—'];
+    })),
     notes: [
       `test/fixtures/kb-quality/: ${set.documents.length} documents (${fmt(sum(set.documents.map((d) => d.bytes.length)) / 1024)} KiB), uploaded through POST /api/kb/files and attached to one assistant; each question asked once per mode through POST /api/kb/search with an API key. Default embedder (EMBEDDINGS_PROVIDER=local).`,
       `A hit is relevant when it is a chunk of the question's document holding the answer passage (whitespace and case normalised), or at least 80% of its words in a row when a chunk boundary split it. Only primary hits count (adjacent: false). MRR over the same ${TOP_K} hits (0 when none is relevant).`,
       'exact: the question names a code, SKU, plan code or number of the passage; paraphrase: the question shares few words with the passage.',
+      `"after a conversational opening": every question asked again after each of ${QUERY_PREFIXES.length - 1} openings a caller might say first (${QUERY_PREFIXES.filter(Boolean).map((prefix) => JSON.stringify(prefix.trim())).join(', ')}), ${(QUERY_PREFIXES.length - 1) * set.questions.length} queries per row; the latency table asks these same strings.`,
       ...misses,
       ...skipped,
     ],
@@ -332,15 +375,16 @@ function ingestionTable(rows: IngestionRow[], skipped: string[]): Table {
 function latencyTable(rows: LatencyRow[], skipped: string[]): Table {
   return {
     title: 'Search latency: POST /api/kb/search, one workspace, one query at a time (ms)',
-    columns: ['database', 'chunks', 'mode', 'queries', 'p50', 'p99', 'mean', 'query embedding p50', `recall@${TOP_K}`, 'empty answers', 'synthetic insert s', 'HNSW build s', 'target'],
+    columns: ['database', 'embedder', 'chunks', 'mode', 'queries', 'p50', 'p99', 'mean', 'query embedding p50', `recall@${TOP_K}`, 'empty answers', 'synthetic insert s', 'HNSW build s', 'target'],
     rows: rows.map((row) => {
       const sorted = Float64Array.from(row.latenciesMs).sort();
       const [p50, p99] = [percentile(sorted, 50), percentile(sorted, 99)];
       const embeddingP50 = row.embeddingMs.length > 0 ? percentile(Float64Array.from(row.embeddingMs).sort(), 50) : Number.NaN;
-      const targeted = row.engine === ENGINE_LABEL.postgres && row.mode === 'hybrid' && row.growth.chunksAfter >= TARGET_LATENCY.chunks;
+      const targeted = EMBEDDER === 'local' && row.engine === ENGINE_LABEL.postgres && row.mode === 'hybrid' && row.growth.chunksAfter >= TARGET_LATENCY.chunks;
       const met = p50 <= TARGET_LATENCY.p50Ms && p99 <= TARGET_LATENCY.p99Ms;
       return [
         row.engine,
+        EMBEDDER_LABEL[EMBEDDER],
         String(row.growth.chunksAfter),
         row.mode,
         String(row.latenciesMs.length),
@@ -358,7 +402,8 @@ function latencyTable(rows: LatencyRow[], skipped: string[]): Table {
     notes: [
       `From sending the request to the whole answer, in the benchmark process, top_k ${TOP_K}, after ${LATENCY_WARMUP} warm-up queries; every query is a different string (a question of the quality set with one of ${QUERY_PREFIXES.length} prefixes), so each one is embedded by the server. The three modes take turns query by query.`,
       'The workspace holds the quality set and the ingestion corpus (real chunks and embeddings) plus synthetic chunks inserted straight into the database while the server was stopped: each vector is a real chunk embedding plus noise, renormalised (cosine ≈ 0.8 to it); each text 110 to 150 words with Zipf-like frequencies (probability ∝ 1/rank) over the quality set\'s ~1,200 words mixed with pseudo-words, 20,000 words in all, ranks shuffled, so a query word is in anything from most chunks to a handful (the first version drew words uniformly from the quality vocabulary alone, which put nearly every query word in nearly every chunk, unlike any real library, and made every keyword query rank most of the library); every file ready and attached to the assistant searched. The HNSW index is dropped for the insert and built again after it (the migration\'s definition, maintenance_work_mem 1 GB on PostgreSQL, 512 MB on PGlite).',
-      `query embedding p50: the server's own measure of how long each query took to embed (its Server-Timing \`embedding\` metric), which runs while the assistant and its files are looked up and the full-text side searches; it is part of the latency, not an addition to it. recall@${TOP_K}: as in the quality table (the answer passage among the first ${TOP_K} primary hits), now among all the workspace's chunks.`,
+      `query embedding p50: the server's own measure of how long each query took to embed (its Server-Timing \`embedding\` metric), which runs while the assistant and its files are looked up and the full-text side searches; it is part of the latency, not an addition to it. recall@${TOP_K}: as in the quality table (the answer passage among the first ${TOP_K} primary hits), now among all the workspace's chunks; two things lower it, apart: most of these queries open with conversational filler (the quality table's "after a conversational opening" rows show what that alone costs), and the synthetic chunks are near copies of the real ones (vectors at cosine ≈ 0.8 to them, texts of the same words), far closer rivals than other documents would be.`,
+      `embedder: ${EMBEDDER === 'local' ? 'the default offline model (Universal Sentence Encoder lite in a worker thread)' : 'EMBEDDINGS_PROVIDER=openai against the fake upstream on this machine, which answers at once (BENCH_KB_EMBEDDER=upstream): the search without the model\'s time; its recall means nothing'}.`,
       `The target applies on PostgreSQL with ${TARGET_LATENCY.chunks / 1000}k chunks, hybrid mode, query embedding included.`,
       ...skipped,
     ],

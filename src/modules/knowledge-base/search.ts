@@ -118,8 +118,8 @@ export class KnowledgeBaseSearch {
       throw new AppError('validation_failed', 'Invalid body: query must not be blank', [{ field: 'query', message: 'must not be blank' }]);
     }
     const startedAt = performance.now();
-    const timing = (): SearchTiming => ({ totalMs: performance.now() - startedAt, ...(embeddingMs === undefined ? {} : { embeddingMs }) });
     let embeddingMs: number | undefined;
+    const timing = (): SearchTiming => ({ totalMs: performance.now() - startedAt, ...(embeddingMs === undefined ? {} : { embeddingMs }) });
     const embedder = this.embedder(this.ctx);
     // The query's vector takes longest to get (about 10 ms with the local model), and every mode needs it (hits carry
     // their similarity), so it is computed while the assistant and its files are looked up and the full-text side runs.
