@@ -208,8 +208,11 @@ describe('knowledge-base processing', () => {
       const texts = embedded.filter((batch) => batch.every((t) => t.includes('osprey'))).flat();
       assert.equal(texts.length, count, 'each chunk embedded exactly once across both attempts');
       assert.deepEqual(await statuses(id), ['pending', 'parsing', 'embedding', 'indexing', 'ready'], 'the retry moves on from where it was, never back');
-      const job = await rt.db.pool.query<{ retry_count: number; state: string }>(`select retry_count, state from pgboss.job where name = $1 and data->>'fileId' = $2`, [PROCESS_FILE_JOB, id]);
-      assert.deepEqual(job.rows.map((r) => [r.retry_count, r.state]), [[1, 'completed']]);
+      // The queue marks the job completed just after the handler that made the file ready returns.
+      const jobs = async () =>
+        (await rt.db.pool.query<{ retry_count: number; state: string }>(`select retry_count, state from pgboss.job where name = $1 and data->>'fileId' = $2`, [PROCESS_FILE_JOB, id])).rows;
+      await eventually('the job to be completed', async () => (await jobs()).every((job) => job.state !== 'active'));
+      assert.deepEqual((await jobs()).map((r) => [r.retry_count, r.state]), [[1, 'completed']]);
     } finally {
       hooks.beforeEmbed = undefined;
     }
