@@ -193,8 +193,15 @@ describe('knowledge-base library and attachments', () => {
     assert.equal(plain.next_cursor, null);
     assert.equal(plain.files[0].attachment_count, undefined);
 
-    const counted = (await call(rt, { method: 'GET', url: '/api/kb/files?include=attachment_count', headers: bearer(scratchKey.fullKey) })).json();
-    assert.deepEqual(counted.files.map((f: { attachment_count: number }) => f.attachment_count), [1, 0, 0, 0, 0]);
+    const counts = async () =>
+      (await call(rt, { method: 'GET', url: '/api/kb/files?include=attachment_count', headers: bearer(scratchKey.fullKey) })).json().files.map((f: { attachment_count: number }) => f.attachment_count);
+    assert.deepEqual(await counts(), [1, 0, 0, 0, 0]);
+    // A deleted assistant no longer uses the file (assistants are deleted softly; their attachment rows stay).
+    const deleted = await newAssistant(scratchKey.fullKey);
+    await call(rt, { method: 'POST', url: `/api/assistants/${deleted}/knowledge-base`, headers: bearer(scratchKey.fullKey), payload: { file_id: ids[4] } });
+    assert.deepEqual(await counts(), [2, 0, 0, 0, 0]);
+    await call(rt, { method: 'DELETE', url: `/api/assistants/${deleted}`, headers: bearer(scratchKey.fullKey) });
+    assert.deepEqual(await counts(), [1, 0, 0, 0, 0]);
 
     const seen: string[] = [];
     let cursor: string | null = null;

@@ -110,8 +110,11 @@ export async function listFiles(db: Db, accountId: string, options: { limit: num
     query = query.select((eb) =>
       eb
         .selectFrom('kb_attachments as a')
+        // Assistants are deleted softly; a deleted one's attachments stay behind but no longer use the file.
+        .innerJoin('assistants as s', 's.id', 'a.assistant_id')
         .select(sql<number>`count(*)::int`.as('n'))
         .whereRef('a.file_id', '=', 'f.id')
+        .where('s.deleted_at', 'is', null)
         .as('attachment_count'),
     );
   }
