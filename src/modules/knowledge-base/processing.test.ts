@@ -29,6 +29,7 @@ function observedEmbedder(ctx: Parameters<typeof embedderFor>[0]): Embedder {
       embedded.push(texts);
       return inner.embed(texts);
     },
+    embedQuery: (text) => inner.embedQuery(text),
   };
 }
 

@@ -124,8 +124,7 @@ export class KnowledgeBaseSearch {
     // The query's vector takes longest to get (about 10 ms with the local model), and every mode needs it (hits carry
     // their similarity), so it is computed while the assistant and its files are looked up and the full-text side runs.
     // A request refused meanwhile leaves it unused.
-    const queryVector = embedder.embed([input.query]).then(([vector]) => {
-      if (!vector) throw new Error('the embedder returned no vector for the query');
+    const queryVector = embedder.embedQuery(input.query).then((vector) => {
       embeddingMs = performance.now() - startedAt;
       return vector;
     });

@@ -8,7 +8,7 @@ import { FakeLlmUpstream, fakeEmbedding } from '../../../test/fake-llm-upstream.
 import { testConfig } from '../../../test/helpers.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { EMBEDDING_DIMENSIONS, EmbeddingsError, embedderFor, LocalEmbedder, LOCAL_EMBEDDING_MODEL, OpenAiEmbedder, type EmbeddingsErrorKind } from './index.ts';
-import { MAX_SENTENCE_CHARS, sentencesOf } from './sentences.ts';
+import { contentWords, MAX_SENTENCE_CHARS, sentencesOf } from './sentences.ts';
 
 const dot = (a: number[], b: number[]) => a.reduce((sum, x, i) => sum + x * b[i]!, 0);
 const norm = (v: number[]) => Math.sqrt(dot(v, v));
@@ -74,6 +74,20 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     assert.deepEqual(await embedder.embed([]), []);
   });
 
+  test("a query's vector weighs its sentences by their content words, so an opening barely moves it", async () => {
+    const question = 'How much does the KP2-PRO reception bundle cost?';
+    const [alone] = await embedder.embed([question]);
+    assert.ok(dot(await embedder.embedQuery(question), alone!) > 0.9999, 'a one-sentence query keeps its own vector');
+    const spoken = `Hi there. ${question}`;
+    const [evenMean] = await embedder.embed([spoken]);
+    const weighted = await embedder.embedQuery(spoken);
+    assertUnitVectors([weighted], 1);
+    assert.ok(dot(weighted, alone!) > dot(evenMean!, alone!) + 0.05, `weighted ${dot(weighted, alone!)} vs even ${dot(evenMean!, alone!)}`);
+    const [greeting, farewell] = await embedder.embed(['Hello.', 'Bye.']);
+    const smallTalk = await embedder.embedQuery('Hello. Bye.');
+    assert.ok(Math.abs(dot(smallTalk, greeting!) - dot(smallTalk, farewell!)) < 1e-6, 'no content words: the sentences weigh alike');
+  });
+
   test('close() fails waiting requests and a later request starts the model again', async () => {
     const waiting = assert.rejects(embedder.embed(Array.from({ length: 100 }, (_, i) => `Sentence ${i}.`)), isEmbeddingsError('closed'));
     await embedder.close();
@@ -90,6 +104,16 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     const child = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { encoding: 'utf8', timeout: 120_000 });
     assert.equal(child.status, 0, child.stderr);
     assert.equal(child.stdout.trim(), String(EMBEDDING_DIMENSIONS));
+  });
+});
+
+describe('contentWords (what a query sentence weighs)', () => {
+  test('counts the words that are not function words, codes and numbers included', () => {
+    assert.equal(contentWords('Hi there.'), 1);
+    assert.equal(contentWords('Could you tell me:'), 1);
+    assert.equal(contentWords('What is it?'), 0);
+    assert.equal(contentWords('How much does the KP2-PRO cost in 2026?'), 4);
+    assert.equal(contentWords('Préstamo für Ärzte'), 3);
   });
 });
 
@@ -135,6 +159,7 @@ describe('OpenAI-compatible embedder', () => {
     assert.equal(request.headers.authorization, 'Bearer up-key');
     assert.deepEqual(request.body, { model: 'text-embedding-3-small', input: texts, dimensions: 512, encoding_format: 'float' });
     assert.equal(embedder.model, 'openai:text-embedding-3-small@512');
+    assert.ok(dot(await embedder.embedQuery('first text'), vectors[0]!) > 0.999999, 'a query is embedded as any text');
   });
 
   test('splits long lists into several requests', async () => {

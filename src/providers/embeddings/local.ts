@@ -14,7 +14,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import { sentencesOf } from './sentences.ts';
+import { contentWords, sentencesOf } from './sentences.ts';
 import { EMBEDDING_DIMENSIONS, EmbeddingsError, toUnitLength, type Embedder } from './types.ts';
 
 /** Names the vectors, not just the model: chunks embedded whole ('use-lite-512') are embedded again on reprocess. */
@@ -78,6 +78,23 @@ export class LocalEmbedder implements Embedder {
     const vectors = await this.embedEach(distinct);
     const vectorOf = new Map(distinct.map((sentence, i) => [sentence, vectors[i]!]));
     return sentencesPerText.map((sentences) => meanDirection(sentences.map((sentence) => vectorOf.get(sentence)!)));
+  }
+
+  /**
+   * A query's vector: the mean of its sentences' vectors, each weighted by
+   * its content words (sentences.ts contentWords), so an opening a caller
+   * says before the question ("Hi there.", "Quick question:", "Could you
+   * tell me:") barely moves it. With equal weights, as chunks are embedded,
+   * such an opening pulled the question halfway towards small talk: on the
+   * quality set, semantic recall@6 fell from 0.82 to 0.53–0.72 (kb bench,
+   * quality table). A query without content words weighs its sentences alike.
+   */
+  async embedQuery(text: string): Promise<number[]> {
+    const sentences = [...new Set(sentencesOf(text))];
+    const vectors = await this.embedEach(sentences);
+    const weights = sentences.map(contentWords);
+    const total = weights.reduce((sum, weight) => sum + weight, 0);
+    return meanDirection(vectors, total > 0 ? weights : undefined);
   }
 
   /** One unit vector per text, as the model gives it. */
@@ -193,12 +210,13 @@ export class LocalEmbedder implements Embedder {
   }
 }
 
-/** The unit-length mean of unit vectors: the direction they share. */
-function meanDirection(vectors: number[][]): number[] {
+/** The unit-length (weighted) mean of unit vectors: the direction they share. */
+function meanDirection(vectors: number[][], weights?: readonly number[]): number[] {
   if (vectors.length === 1) return vectors[0]!;
   const sum = new Float64Array(EMBEDDING_DIMENSIONS);
-  for (const vector of vectors) {
-    for (let i = 0; i < EMBEDDING_DIMENSIONS; i++) sum[i] = sum[i]! + vector[i]!;
-  }
+  vectors.forEach((vector, row) => {
+    const weight = weights?.[row] ?? 1;
+    for (let i = 0; i < EMBEDDING_DIMENSIONS; i++) sum[i] = sum[i]! + weight * vector[i]!;
+  });
   return toUnitLength(sum);
 }

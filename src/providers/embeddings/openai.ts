@@ -51,6 +51,13 @@ export class OpenAiEmbedder implements Embedder {
     return vectors;
   }
 
+  /** The model embeds a query as any other text. */
+  async embedQuery(text: string): Promise<number[]> {
+    const [vector] = await this.request([text]);
+    if (!vector) throw new EmbeddingsError('invalid_response', 'The embeddings upstream returned no vector for the query');
+    return vector;
+  }
+
   async close(): Promise<void> {
     // fetch keeps no connections of ours to release.
   }

@@ -55,3 +55,25 @@ function cutLong(sentence: string, maxChars: number): string[] {
   if (rest) pieces.push(rest);
   return pieces;
 }
+
+/**
+ * Function words: they carry no topic, so a sentence made of them (and a
+ * greeting or two) says little about what a query asks. A small English
+ * list, like the stop lists full-text engines use.
+ */
+const STOP_WORDS = new Set(
+  (
+    'a about above after again against all am an and any are as at be because been before being below between both but by ' +
+    'can could did do does doing down during each few for from further had has have having he her here hers herself him ' +
+    'himself his how i if in into is it its itself just me might more most must my myself no nor not now of off on once ' +
+    'only or other ought our ours ourselves out over own same shall she should so some such than that the their theirs ' +
+    'them themselves then there these they this those through to too under until up very was we were what when where ' +
+    'which while who whom why will with would you your yours yourself yourselves'
+  ).split(' '),
+);
+const WORD = /[\p{L}\p{N}][\p{L}\p{N}'’-]*/gu;
+
+/** How many words of `sentence` are not function words: what it weighs in a query's vector (local.ts embedQuery). */
+export function contentWords(sentence: string): number {
+  return (sentence.toLowerCase().match(WORD) ?? []).filter((word) => !STOP_WORDS.has(word)).length;
+}

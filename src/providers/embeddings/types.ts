@@ -8,6 +8,8 @@ export interface Embedder {
   readonly model: string;
   /** Unit-length vectors of EMBEDDING_DIMENSIONS numbers, one per input, same order. */
   embed(texts: string[]): Promise<number[][]>;
+  /** The vector a search query is compared with the stored chunks' by; a unit vector like embed()'s. */
+  embedQuery(text: string): Promise<number[]>;
   close?(): Promise<void>;
 }
 
