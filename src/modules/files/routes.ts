@@ -4,7 +4,7 @@ import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
-import { multipartErrorCode, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
+import { multipartErrors, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
 import { FILE_MESSAGES, MAX_FILE_BYTES, MAX_NAME_LENGTH, URL_TTL_SECONDS, filesService } from './service.ts';
 
 /**
@@ -72,21 +72,11 @@ const MULTIPART_LIMITS = {
   parts: 12,
 };
 
-/** @fastify/multipart errors as our client errors; anything else it raises comes from a malformed body. */
-function multipartError(error: unknown): unknown {
-  if (error instanceof AppError) return error;
-  switch (multipartErrorCode(error)) {
-    case 'FST_REQ_FILE_TOO_LARGE':
-      return new AppError('bad_request', FILE_MESSAGES.tooLarge);
-    case 'FST_FILES_LIMIT':
-      return new AppError('bad_request', 'Send one file per request, in the field "file"');
-    case 'FST_FIELDS_LIMIT':
-    case 'FST_PARTS_LIMIT':
-      return new AppError('bad_request', 'Too many form fields; send file, accountId and optionally displayName');
-    default:
-      return new AppError('bad_request', `The multipart body could not be read: ${(error as Error).message}`, undefined, { cause: error });
-  }
-}
+/** @fastify/multipart errors as our client errors. */
+const multipartError = multipartErrors({
+  tooLarge: () => new AppError('bad_request', FILE_MESSAGES.tooLarge),
+  tooManyFields: 'Too many form fields; send file, accountId and optionally displayName',
+});
 
 export async function fileRoutes(app: App, ctx: AppContext): Promise<void> {
   const files = filesService(ctx);

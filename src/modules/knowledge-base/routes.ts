@@ -4,7 +4,7 @@ import type { App } from '../../platform/http/app-type.ts';
 import type { AppContext } from '../../platform/context.ts';
 import { actorOf } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
-import { multipartErrorCode, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
+import { multipartErrors, multipartParts, registerMultipart } from '../../platform/http/multipart.ts';
 import { errorResponses, Nullable, StringEnum } from '../../platform/http/schemas.ts';
 import type { PipelineOptions } from './pipeline/process.ts';
 import { DEFAULT_TOP_K, KnowledgeBaseSearch, MAX_QUERY_CHARS, MAX_TOP_K, RRF_K, SEARCH_MODES, type SearchTiming } from './search.ts';
@@ -98,22 +98,6 @@ function multipartLimits(maxFileBytes: number) {
   };
 }
 
-function multipartError(maxFileBytes: number) {
-  return (error: unknown): unknown => {
-    if (error instanceof AppError) return error;
-    switch (multipartErrorCode(error)) {
-      case 'FST_REQ_FILE_TOO_LARGE':
-        return new AppError('bad_request', KB_MESSAGES.tooLarge(maxFileBytes), [{ field: 'file', message: `must be at most ${maxFileBytes} bytes` }]);
-      case 'FST_FILES_LIMIT':
-        return new AppError('bad_request', 'Send one file per request, in the field "file"');
-      case 'FST_FIELDS_LIMIT':
-      case 'FST_PARTS_LIMIT':
-        return new AppError('bad_request', 'Too many form fields; send the document in the field "file"');
-      default:
-        return new AppError('bad_request', `The multipart body could not be read: ${(error as Error).message}`, undefined, { cause: error });
-    }
-  };
-}
 
 export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: PipelineOptions): Promise<void> {
   const kb = knowledgeBaseService(ctx);
@@ -159,7 +143,13 @@ export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: Pi
       },
       async (request) => {
         if (!request.isMultipart()) throw new AppError('unsupported_media_type', KB_MESSAGES.fileMissing);
-        return kb.upload(actorOf(request), request.query, multipartParts(request, multipartError(maxFileBytes)));
+        return kb.upload(actorOf(request), request.query, multipartParts(
+            request,
+            multipartErrors({
+              tooLarge: () => new AppError('bad_request', KB_MESSAGES.tooLarge(maxFileBytes), [{ field: 'file', message: `must be at most ${maxFileBytes} bytes` }]),
+              tooManyFields: 'Too many form fields; send the document in the field "file"',
+            }),
+          ));
       },
     );
   });

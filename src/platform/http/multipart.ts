@@ -1,6 +1,7 @@
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { finished, PassThrough, type Readable } from 'node:stream';
+import { AppError } from './errors.ts';
 
 /**
  * What upload routes share: the multipart parser with per-route limits, the
@@ -132,7 +133,26 @@ export async function* multipartParts(request: FastifyRequest, mapError: (error:
   }
 }
 
-/** The parser's error codes, for routes that map them to their own messages. */
-export function multipartErrorCode(error: unknown): string | undefined {
-  return (error as { code?: string } | null)?.code;
+/**
+ * @fastify/multipart's errors as client errors, for multipartParts: a body
+ * over the size limit answers the route's `tooLarge()`, too many parts or
+ * fields say `tooManyFields` (which fields to send), and anything else the
+ * parser raises comes from a malformed body. An AppError thrown by the
+ * route's own code while reading the parts passes through unchanged.
+ */
+export function multipartErrors(messages: { tooLarge: () => AppError; tooManyFields: string }): (error: unknown) => unknown {
+  return (error) => {
+    if (error instanceof AppError) return error;
+    switch ((error as { code?: string } | null)?.code) {
+      case 'FST_REQ_FILE_TOO_LARGE':
+        return messages.tooLarge();
+      case 'FST_FILES_LIMIT':
+        return new AppError('bad_request', 'Send one file per request, in the field "file"');
+      case 'FST_FIELDS_LIMIT':
+      case 'FST_PARTS_LIMIT':
+        return new AppError('bad_request', messages.tooManyFields);
+      default:
+        return new AppError('bad_request', `The multipart body could not be read: ${(error as Error).message}`, undefined, { cause: error });
+    }
+  };
 }
