@@ -78,6 +78,20 @@ export async function startBareFastify(ctx: SuiteContext, label = 'bare-fastify'
   return server;
 }
 
+/** The fake OpenAI-compatible upstream (test/fake-llm-upstream.ts) as its own process; Hark reaches it at `${baseUrl}/v1`. */
+export async function startFakeLlmUpstream(ctx: SuiteContext, label = 'fake-llm-upstream'): Promise<ServerProcess> {
+  const server = await startServer({
+    label,
+    args: ['--import', 'tsx', 'test/fake-llm-upstream.ts'],
+    cwd: ctx.repoRoot,
+    env: {},
+    readyPath: '/health',
+    logFile: ctx.logFile(label),
+  });
+  ctx.defer(() => server.stop());
+  return server;
+}
+
 /**
  * The `ms` Hark logs with "Hark API ready": from config loaded to listening,
  * so it leaves out Node, tsx and module loading. Only logged at info level.

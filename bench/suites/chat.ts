@@ -15,7 +15,7 @@
  */
 import http from 'node:http';
 import autocannon from 'autocannon';
-import { ENGINE_LABEL, freshStorage, type Engine, benchEngines } from '../lib/hark.ts';
+import { ENGINE_LABEL, freshStorage, startFakeLlmUpstream, type Engine, benchEngines } from '../lib/hark.ts';
 import { percentile } from '../lib/load.ts';
 import { fmt, fmtRatio, type Table } from '../lib/markdown.ts';
 import { startServer, type ServerProcess } from '../lib/server.ts';
@@ -103,15 +103,7 @@ export const chat: Suite = {
   async run(ctx) {
     const { engines, skipped } = await benchEngines();
 
-    const fake = await startServer({
-      label: 'fake-llm-upstream',
-      args: ['--import', 'tsx', 'test/fake-llm-upstream.ts'],
-      cwd: ctx.repoRoot,
-      env: {},
-      readyPath: '/health',
-      logFile: ctx.logFile('fake-llm-upstream'),
-    });
-    ctx.defer(() => fake.stop());
+    const fake = await startFakeLlmUpstream(ctx);
     const bare = await startServer({
       label: 'bare-proxy',
       args: ['-e', BARE_PROXY_SOURCE],

@@ -25,7 +25,7 @@
  *                          nothing, so only the latency section runs with it.
  */
 import path from 'node:path';
-import { ENGINE_LABEL, freshStorage, type Engine, type HarkStorage, benchEngines } from '../lib/hark.ts';
+import { ENGINE_LABEL, freshStorage, startFakeLlmUpstream, type Engine, type HarkStorage, benchEngines } from '../lib/hark.ts';
 import {
   firstRelevantRank,
   generatedPdf,
@@ -179,9 +179,7 @@ async function startKbServer(ctx: SuiteContext, storage: HarkStorage, label: str
 
 /** The server settings that make Hark embed through the fake upstream (BENCH_KB_EMBEDDER=upstream). */
 async function startEmbeddingsUpstream(ctx: SuiteContext): Promise<Record<string, string>> {
-  const label = 'fake-llm-upstream';
-  const fake = await startServer({ label, args: ['--import', 'tsx', 'test/fake-llm-upstream.ts'], cwd: ctx.repoRoot, env: {}, readyPath: '/health', logFile: ctx.logFile(label) });
-  ctx.defer(() => fake.stop());
+  const fake = await startFakeLlmUpstream(ctx);
   return { EMBEDDINGS_PROVIDER: 'openai', LLM_BASE_URL: `${fake.baseUrl}/v1`, LLM_API_KEY: 'bench-upstream-key' };
 }
 

@@ -79,7 +79,6 @@ const UploadBody = {
   },
 };
 
-/** Besides the file, a form may carry a few fields we ignore (clients add their own); one file only. */
 /** A Server-Timing header value (W3C Server Timing), durations in ms: `search;dur=21.4, embedding;dur=12.9`. */
 function serverTiming(timing: SearchTiming): string {
   const metrics = [`search;dur=${timing.totalMs.toFixed(1)}`];
@@ -87,6 +86,7 @@ function serverTiming(timing: SearchTiming): string {
   return metrics.join(', ');
 }
 
+/** Besides the file, a form may carry a few fields we ignore (clients add their own); one file only. */
 function multipartLimits(maxFileBytes: number) {
   return {
     // One byte past the service's own limit, so the blob store's limit decides and answers the message.
@@ -98,11 +98,19 @@ function multipartLimits(maxFileBytes: number) {
   };
 }
 
+/** @fastify/multipart errors as our client errors. */
+function multipartError(maxFileBytes: number) {
+  return multipartErrors({
+    tooLarge: () => new AppError('bad_request', KB_MESSAGES.tooLarge(maxFileBytes), [{ field: 'file', message: `must be at most ${maxFileBytes} bytes` }]),
+    tooManyFields: 'Too many form fields; send the document in the field "file"',
+  });
+}
 
 export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: PipelineOptions): Promise<void> {
   const kb = knowledgeBaseService(ctx);
   const search = new KnowledgeBaseSearch(ctx, options.embedder);
   const maxFileBytes = ctx.config.kb.maxFileBytes;
+  const uploadError = multipartError(maxFileBytes);
   app.addSchema(KbFile);
 
   // An encapsulated scope: the multipart parser, its limits and the draining of refused uploads apply to the upload only.
@@ -143,13 +151,7 @@ export async function knowledgeBaseRoutes(app: App, ctx: AppContext, options: Pi
       },
       async (request) => {
         if (!request.isMultipart()) throw new AppError('unsupported_media_type', KB_MESSAGES.fileMissing);
-        return kb.upload(actorOf(request), request.query, multipartParts(
-            request,
-            multipartErrors({
-              tooLarge: () => new AppError('bad_request', KB_MESSAGES.tooLarge(maxFileBytes), [{ field: 'file', message: `must be at most ${maxFileBytes} bytes` }]),
-              tooManyFields: 'Too many form fields; send the document in the field "file"',
-            }),
-          ));
+        return kb.upload(actorOf(request), request.query, multipartParts(request, uploadError));
       },
     );
   });
