@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Readable } from 'node:stream';
+import { uploadedFileName, type MultipartPart } from '../../platform/http/multipart.ts';
 import { perContext, type AppContext } from '../../platform/context.ts';
 import type { Actor, UserActor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
@@ -49,9 +49,7 @@ export interface WorkspaceFile {
  * stream must be read to its end (or destroyed) before the next part can
  * arrive; the service reads it straight into the blob store.
  */
-export type UploadPart =
-  | { kind: 'field'; name: string; value: string; truncated: boolean }
-  | { kind: 'file'; field: string; filename: string; mimetype: string; stream: Readable };
+export type UploadPart = MultipartPart;
 
 function view(row: store.FileRow): WorkspaceFile {
   return {
@@ -67,11 +65,6 @@ function view(row: store.FileRow): WorkspaceFile {
 const badRequest = (message: string) => new AppError('bad_request', message);
 const unauthorized = () => new AppError('forbidden', FILE_MESSAGES.unauthorized);
 const fileNotFound = () => new AppError('not_found', FILE_MESSAGES.notFound);
-
-/** Browsers may send a path (old IE) and any name; keep the last segment only. */
-function baseName(filename: string): string {
-  return filename.split(/[/\\]/).pop()!.trim();
-}
 
 function present(value: string | undefined): string | undefined {
   const trimmed = value?.trim();
@@ -114,12 +107,8 @@ export class FilesService {
           }
           continue;
         }
-        // A browser form with no file chosen still sends the part, with an empty name.
-        const filename = baseName(part.filename);
-        if (part.field !== 'file' || stored !== undefined || filename === '') {
-          part.stream.resume();
-          continue;
-        }
+        const filename = uploadedFileName(part, stored !== undefined);
+        if (filename === undefined) continue;
         if (filename.length > MAX_NAME_LENGTH) {
           part.stream.resume();
           throw badRequest(`The file name must be at most ${MAX_NAME_LENGTH} characters`);

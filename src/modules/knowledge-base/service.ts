@@ -4,7 +4,7 @@ import { perContext, type AppContext } from '../../platform/context.ts';
 import type { Tx } from '../../platform/db/database.ts';
 import type { Actor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
-import type { MultipartPart } from '../../platform/http/multipart.ts';
+import { uploadedFileName, type MultipartPart } from '../../platform/http/multipart.ts';
 import { BlobTooLargeError, discardBlob } from '../../platform/storage/blob-store.ts';
 import { accountsService, type Account } from '../accounts/service.ts';
 import { assistantsService } from '../assistants/service.ts';
@@ -68,11 +68,6 @@ export function toView(row: store.KbFileRow & { attachment_count?: number }): Kb
 
 export const fileNotFound = () => new AppError('not_found', KB_MESSAGES.fileNotFound);
 
-/** Browsers may send a path (old IE); keep the last segment only. */
-function baseName(filename: string): string {
-  return filename.split(/[/\\]/).pop()!.trim();
-}
-
 /** List cursors name a position (creation time in microseconds and id), so they survive the deletion of the file they came from. */
 function encodeCursor(position: store.ListPosition): string {
   return Buffer.from(`${position.createdMicros}:${position.id}`).toString('base64url');
@@ -135,12 +130,8 @@ export class KnowledgeBaseService {
       let stored: { size: number; sha256: string; filename: string; mimeType: string } | undefined;
       for await (const part of parts) {
         if (part.kind === 'field') continue;
-        const filename = baseName(part.filename);
-        // A browser form with no file chosen still sends the part, with an empty name.
-        if (part.field !== 'file' || stored !== undefined || filename === '') {
-          part.stream.resume();
-          continue;
-        }
+        const filename = uploadedFileName(part, stored !== undefined);
+        if (filename === undefined) continue;
         if (filename.length > MAX_FILENAME_LENGTH) {
           part.stream.resume();
           throw new AppError('validation_failed', `The file name must be at most ${MAX_FILENAME_LENGTH} characters`, [{ field: 'file', message: 'name is too long' }]);

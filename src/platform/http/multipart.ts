@@ -37,6 +37,20 @@ export type MultipartPart =
   | { kind: 'field'; name: string; value: string; truncated: boolean }
   | { kind: 'file'; field: string; filename: string; mimetype: string; stream: Readable };
 
+/**
+ * The name of an upload's file, from the first part of the field `file` that
+ * has one: browsers may send a path (old IE) and any name, so only its last
+ * segment counts. Any other part (another field's file, a second file, a
+ * form's file input left empty, which is sent with an empty name) is drained
+ * and gives undefined: the caller skips it.
+ */
+export function uploadedFileName(part: Extract<MultipartPart, { kind: 'file' }>, alreadyHaveOne: boolean): string | undefined {
+  const filename = part.filename.split(/[/\\]/).pop()!.trim();
+  if (part.field === 'file' && !alreadyHaveOne && filename !== '') return filename;
+  part.stream.resume();
+  return undefined;
+}
+
 /** How long and how much of an unread request body is discarded before an answer goes out. */
 export const DRAIN_LIMITS = { maxBytes: 1024 * 1024 * 1024, maxMs: 30_000 };
 
