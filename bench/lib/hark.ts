@@ -65,29 +65,18 @@ export async function startHark(ctx: SuiteContext, storage: HarkStorage, options
 }
 
 /** The bare Fastify baseline (bench/lib/bare-fastify.ts) as its own process. */
-export async function startBareFastify(ctx: SuiteContext, label = 'bare-fastify'): Promise<ServerProcess> {
-  const server = await startServer({
-    label,
-    args: ['--import', 'tsx', 'bench/lib/bare-fastify.ts'],
-    cwd: ctx.repoRoot,
-    env: {},
-    readyPath: '/api/health',
-    logFile: ctx.logFile(label),
-  });
-  ctx.defer(() => server.stop());
-  return server;
+export function startBareFastify(ctx: SuiteContext, label = 'bare-fastify'): Promise<ServerProcess> {
+  return startScript(ctx, label, 'bench/lib/bare-fastify.ts', '/api/health');
 }
 
 /** The fake OpenAI-compatible upstream (test/fake-llm-upstream.ts) as its own process; Hark reaches it at `${baseUrl}/v1`. */
-export async function startFakeLlmUpstream(ctx: SuiteContext, label = 'fake-llm-upstream'): Promise<ServerProcess> {
-  const server = await startServer({
-    label,
-    args: ['--import', 'tsx', 'test/fake-llm-upstream.ts'],
-    cwd: ctx.repoRoot,
-    env: {},
-    readyPath: '/health',
-    logFile: ctx.logFile(label),
-  });
+export function startFakeLlmUpstream(ctx: SuiteContext, label = 'fake-llm-upstream'): Promise<ServerProcess> {
+  return startScript(ctx, label, 'test/fake-llm-upstream.ts', '/health');
+}
+
+/** A TypeScript server of this repository as its own process, stopped with the suite. */
+async function startScript(ctx: SuiteContext, label: string, script: string, readyPath: string): Promise<ServerProcess> {
+  const server = await startServer({ label, args: ['--import', 'tsx', script], cwd: ctx.repoRoot, env: {}, readyPath, logFile: ctx.logFile(label) });
   ctx.defer(() => server.stop());
   return server;
 }
