@@ -7,6 +7,7 @@ import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
 import { apiKeyCache } from './key-cache.ts';
 import { isUuid } from '../../platform/ids.ts';
+import { isCursorOf } from '../../platform/db/keyset.ts';
 
 /** §5 rule 6. Other modules name their route scopes from this list. */
 export const KNOWN_SCOPES = ['kb:read', 'kb:write', 'assistants:read', 'assistants:write', 'calls:create'] as const;
@@ -278,7 +279,7 @@ export class ApiKeysService {
   async audit(actor: Actor, input: { accountSlug: string; limit?: number; before?: string }): Promise<{ events: AuditEvent[]; next_before: string | null }> {
     const { account } = await accountsService(this.ctx).access(requireUser(actor), { accountSlug: input.accountSlug }, 'admin');
     const limit = input.limit ?? 50;
-    if (input.before !== undefined && !(isUuid(input.before) && (await store.eventExists(this.db.kysely, account.id, input.before)))) {
+    if (input.before !== undefined && !(await isCursorOf(this.db.kysely, { table: 'api_key_events', scopeColumn: 'account_id', scopeId: account.id, id: input.before }))) {
       throw new AppError('validation_failed', 'before must be the id of an event of this workspace (a next_before value)', [
         { field: 'before', message: 'is not an event of this workspace' },
       ]);

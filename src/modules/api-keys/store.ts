@@ -149,11 +149,6 @@ export async function notifyKeyChanged(db: Db, id: string): Promise<void> {
   await sql`select pg_notify(${KEY_CHANGED_CHANNEL}, ${id})`.execute(db);
 }
 
-export async function eventExists(db: Db, accountId: string, id: string): Promise<boolean> {
-  const row = await db.selectFrom('api_key_events').select(['id']).where('account_id', '=', accountId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
-}
-
 export interface EventRow {
   id: string;
   api_key_id: string;

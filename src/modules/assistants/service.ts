@@ -18,6 +18,7 @@ import * as store from './store.ts';
 import type { AssistantType, TelephonySettings } from './tables.ts';
 import { assistantWebhooks, DEFAULT_SUBSCRIBED_EVENTS, generateWebhookSecret, webhookUrlProblems, type WebhookEvent } from './webhooks.ts';
 import { isUuid } from '../../platform/ids.ts';
+import { isCursorOf } from '../../platform/db/keyset.ts';
 
 export const ASSISTANT_TYPES = ['inbound', 'outbound', 'web'] as const satisfies readonly AssistantType[];
 export const DEFAULT_TYPE: AssistantType = 'inbound';
@@ -228,7 +229,7 @@ export class AssistantsService {
   async list(actor: Actor, input: { accountSlug?: string; limit?: number; cursor?: string }): Promise<{ assistants: AssistantView[]; next_cursor: string | null }> {
     const { account } = await accountsService(this.ctx).access(actor, { accountSlug: input.accountSlug });
     const limit = input.limit ?? DEFAULT_PAGE_SIZE;
-    if (input.cursor !== undefined && !(isUuid(input.cursor) && (await store.assistantEverExisted(this.db.kysely, account.id, input.cursor)))) {
+    if (input.cursor !== undefined && !(await isCursorOf(this.db.kysely, { table: 'assistants', scopeColumn: 'account_id', scopeId: account.id, id: input.cursor }))) {
       throw new AppError('validation_failed', 'cursor must be a next_cursor value from this list', [{ field: 'cursor', message: 'is not a cursor of this workspace' }]);
     }
     // One row more than asked tells whether another page exists without a count.
@@ -339,7 +340,7 @@ export class AssistantsService {
   async deliveries(actor: Actor, assistantId: string, input: { accountSlug?: string; limit?: number; cursor?: string }): Promise<{ deliveries: DeliveryView[]; next_cursor: string | null }> {
     await this.locate(actor, assistantId, input.accountSlug);
     const limit = input.limit ?? DEFAULT_PAGE_SIZE;
-    if (input.cursor !== undefined && !(isUuid(input.cursor) && (await store.deliveryExists(this.db.kysely, assistantId, input.cursor)))) {
+    if (input.cursor !== undefined && !(await isCursorOf(this.db.kysely, { table: 'webhook_deliveries', scopeColumn: 'assistant_id', scopeId: assistantId, id: input.cursor }))) {
       throw new AppError('validation_failed', 'cursor must be a next_cursor value from this list', [{ field: 'cursor', message: 'is not a delivery of this assistant' }]);
     }
     const rows = await store.listDeliveries(this.db.kysely, assistantId, { limit: limit + 1, after: input.cursor });

@@ -60,12 +60,6 @@ export async function listAssistants(db: Db, accountId: string, options: { limit
   return query.orderBy('a.created_at', 'desc').orderBy('a.id', 'desc').limit(options.limit).execute();
 }
 
-/** Whether `id` is (or was, before deletion) an assistant of the workspace: a valid list cursor. */
-export async function assistantEverExisted(db: Db, accountId: string, id: string): Promise<boolean> {
-  const row = await db.selectFrom('assistants').select(['id']).where('account_id', '=', accountId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
-}
-
 export interface NewAssistant {
   accountId: string;
   name: string;
@@ -262,11 +256,6 @@ export async function listDeliveries(db: Db, assistantId: string, options: { lim
     query = query.where(olderThanCursor('d', { table: 'webhook_deliveries', scopeColumn: 'assistant_id', scopeId: assistantId, id: options.after }));
   }
   return query.orderBy('d.created_at', 'desc').orderBy('d.id', 'desc').limit(options.limit).execute();
-}
-
-export async function deliveryExists(db: Db, assistantId: string, id: string): Promise<boolean> {
-  const row = await db.selectFrom('webhook_deliveries').select(['id']).where('assistant_id', '=', assistantId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
 }
 
 export async function attemptsOf(db: Db, deliveryIds: readonly string[]): Promise<AttemptRow[]> {

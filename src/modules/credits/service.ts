@@ -5,6 +5,7 @@ import { AppError } from '../../platform/http/errors.ts';
 import { accountsService } from '../accounts/service.ts';
 import * as store from './store.ts';
 import { isUuid } from '../../platform/ids.ts';
+import { isCursorOf } from '../../platform/db/keyset.ts';
 
 /**
  * The closed list of ledger reasons (also a check constraint in
@@ -279,7 +280,7 @@ export class CreditsService {
     const accountId = await this.accountFor(actor, input.accountId);
     const limit = input.limit ?? 50;
     const db = this.ctx.db.kysely;
-    if (input.before !== undefined && !(isUuid(input.before) && (await store.entryExists(db, accountId, input.before)))) {
+    if (input.before !== undefined && !(await isCursorOf(db, { table: 'credit_ledger', scopeColumn: 'account_id', scopeId: accountId, id: input.before }))) {
       throw new AppError('validation_failed', 'before must be the id of a ledger entry of this workspace (a next_before value)', [
         { field: 'before', message: 'is not a ledger entry of this workspace' },
       ]);

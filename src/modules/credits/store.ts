@@ -124,11 +124,6 @@ export async function updateAutoReload(
     .executeTakeFirstOrThrow();
 }
 
-export async function entryExists(db: Db, accountId: string, id: string): Promise<boolean> {
-  const row = await db.selectFrom('credit_ledger').select(['id']).where('account_id', '=', accountId).where('id', '=', id).executeTakeFirst();
-  return row !== undefined;
-}
-
 /**
  * Newest first, `limit` rows strictly older than the entry `before`. The
  * cursor is compared in SQL on (created_at, id): timestamps keep microseconds
