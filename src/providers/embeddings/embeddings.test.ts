@@ -45,7 +45,7 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     assert.ok(dot(cat!, paraphrase!) > dot(cat!, unrelated!) + 0.2, `paraphrase ${dot(cat!, paraphrase!)} vs unrelated ${dot(cat!, unrelated!)}`);
     assert.equal(embedder.model, 'use-lite-512-sentence-mean');
     assert.equal(LOCAL_EMBEDDING_MODEL, embedder.model);
-    assert.equal(embedder.singleTextPath, true, 'the worker checked its single-text path against model.embed() and uses it');
+    assert.equal(embedder.directEncoder, true, 'the worker checked its direct encoder against model.embed() and uses it');
   });
 
   test("a text's vector is the unit-length mean of its sentences' vectors; a one-sentence text keeps its own", async () => {

@@ -47,14 +47,14 @@ interface PendingRequest {
 }
 
 type WorkerAnswer =
-  | { loaded: { ms: number; singleTextPath: boolean } }
+  | { loaded: { ms: number; directEncoder: boolean } }
   | { id: number; vectors: Float32Array; dimensions: number }
   | { id: number; error: string };
 
 export class LocalEmbedder implements Embedder {
   readonly model = LOCAL_EMBEDDING_MODEL;
-  /** Whether the loaded model embeds a lone text on the worker's faster single-text path (local-worker.mjs); unknown before it loads. */
-  singleTextPath?: boolean;
+  /** Whether the worker embeds small batches (search queries) with the direct encoder (use-lite-encoder.mjs) after it matched the graph; unknown before the model loads. */
+  directEncoder?: boolean;
   private worker?: Worker;
   /** Requests with texts not yet embedded, oldest first. */
   private requests: PendingRequest[] = [];
@@ -164,8 +164,8 @@ export class LocalEmbedder implements Embedder {
 
   private onAnswer(answer: WorkerAnswer): void {
     if ('loaded' in answer) {
-      this.singleTextPath = answer.loaded.singleTextPath;
-      this.options.logger?.info({ loadMs: answer.loaded.ms, singleTextPath: this.singleTextPath, model: this.model }, 'local embeddings model loaded');
+      this.directEncoder = answer.loaded.directEncoder;
+      this.options.logger?.info({ loadMs: answer.loaded.ms, directEncoder: this.directEncoder, model: this.model }, 'local embeddings model loaded');
       return;
     }
     const batch = this.inFlight;
