@@ -21,10 +21,12 @@
  * - every file is `ready` and attached to the assistant, so all chunks are
  *   searchable through it.
  *
- * The HNSW index is dropped before the insert and built again after it (with
- * its definition from the migration, read back from pg_indexes), as a bulk
- * load would do: building once is several times faster than inserting into
- * the graph row by row.
+ * The HNSW and full-text (GIN) indexes are dropped before the insert and
+ * built again after it (with their definitions from the migrations, read back
+ * from pg_indexes), as a bulk load would do: building once is several times
+ * faster than inserting into the graph and the posting lists row by row (the
+ * GIN index takes every insert straight into its posting lists: migration
+ * 0016).
  *
  * The server must be stopped on PGlite (one process per data directory); the
  * suite stops it on PostgreSQL too so both engines are treated alike.
@@ -142,7 +144,7 @@ async function grow(client: PoolClient, engine: DatabaseTarget['kind'], options:
   const bases = Number((await client.query<{ n: number }>('select count(*)::int as n from bench_bases')).rows[0]!.n);
 
   const index = (await client.query<{ indexname: string; indexdef: string }>(
-    `select indexname, indexdef from pg_indexes where tablename = 'kb_chunks' and indexdef ilike '%using hnsw%'`,
+    `select indexname, indexdef from pg_indexes where tablename = 'kb_chunks' and (indexdef ilike '%using hnsw%' or indexdef ilike '%using gin%')`,
   )).rows;
   for (const { indexname } of index) await client.query(`drop index ${indexname}`);
 

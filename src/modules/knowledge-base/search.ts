@@ -2,6 +2,7 @@ import type { AppContext } from '../../platform/context.ts';
 import type { Actor } from '../../platform/http/auth.ts';
 import { AppError } from '../../platform/http/errors.ts';
 import { compareVersions } from '../../platform/db/database.ts';
+import { isUuid } from '../../platform/ids.ts';
 import type { Embedder } from '../../providers/embeddings/index.ts';
 import { assistantsService } from '../assistants/service.ts';
 import {
@@ -10,11 +11,11 @@ import {
   lexemeFrequencies,
   lexemeGroups,
   pgvectorVersion,
-  queryLexemes,
-  searchableFiles,
+  searchScopeSummary,
   semanticSearch,
   type ChunkPosition,
   type LexemeFrequencies,
+  type SearchScope,
 } from './search-queries.ts';
 
 export const SEARCH_MODES = ['hybrid', 'semantic', 'keyword'] as const;
@@ -130,27 +131,35 @@ export class KnowledgeBaseSearch {
     });
     queryVector.catch(() => {});
 
-    const account = await assistantsService(this.ctx).locate(actor, input.assistant_id, input.accountSlug);
+    const located = assistantsService(this.ctx).locate(actor, input.assistant_id, input.accountSlug);
+    // An id that is no UUID names no assistant: locate answers 404 without asking the database.
+    if (!isUuid(input.assistant_id)) await located;
+    // The statements below start before locate has answered (they name only the assistant, and nothing they find
+    // is used unless it answers), so the assistant check's round trips overlap the search instead of preceding it.
     const db = this.ctx.db.kysely;
-    const files = await searchableFiles(db, account.id, input.assistant_id);
-    if (files.attached === 0) return { hits: [], reason: 'no_files_attached', timing: timing() };
-    if (files.ready.length === 0) return { hits: [], reason: 'no_ready_files', timing: timing() };
-
+    const scope: SearchScope = { assistantId: input.assistant_id };
     const topK = input.top_k ?? DEFAULT_TOP_K;
     const mode = input.mode ?? 'hybrid';
-    const fileIds = files.ready.map((f) => f.id);
-    const candidateChunks = files.ready.reduce((sum, f) => sum + f.chunk_count, 0);
     const candidates = topK * CANDIDATES_PER_HIT;
+    const summary = searchScopeSummary(db, scope, input.query);
 
     // The full-text side needs no vector: on PostgreSQL it runs on another pooled connection while the query is
     // embedded and the vector search runs. PGlite has one connection, which takes the queries in turn.
-    const semanticSide =
-      mode === 'keyword'
-        ? Promise.resolve([])
+    const semanticSide = summary.then(({ chunks }) =>
+      mode === 'keyword' || chunks === 0
+        ? []
         : Promise.all([queryVector, this.supportsIterativeScan()]).then(([vector, iterativeScan]) =>
-            this.ctx.db.transaction((trx) => semanticSearch(trx, { fileIds, candidateChunks, vector, model: embedder.model, limit: candidates, iterativeScan })),
-          );
-    const keywordSide = mode === 'semantic' ? Promise.resolve([]) : this.keywordSearch(fileIds, candidateChunks, input.query, candidates);
+            semanticSearch(db, { ...scope, candidateChunks: chunks, vector, model: embedder.model, limit: candidates, iterativeScan }),
+          ),
+    );
+    const keywordSide = summary.then(({ chunks, lexemes }) => (mode === 'semantic' || chunks === 0 ? [] : this.keywordSearch(scope, chunks, lexemes, candidates)));
+    semanticSide.catch(() => {});
+    keywordSide.catch(() => {});
+
+    await located;
+    const { attached, ready } = await summary;
+    if (attached === 0) return { hits: [], reason: 'no_files_attached', timing: timing() };
+    if (ready === 0) return { hits: [], reason: 'no_ready_files', timing: timing() };
     const [vector, semantic, keyword] = await Promise.all([queryVector, semanticSide, keywordSide]);
     const primaries = fuse(semantic, keyword, topK);
     if (primaries.length === 0) return { hits: [], reason: 'no_matches', timing: timing() };
@@ -200,12 +209,11 @@ export class KnowledgeBaseSearch {
    * rows ranked stay bounded whatever the query; each group's chunks ranked
    * by all the query's lexemes.
    */
-  private async keywordSearch(fileIds: string[], candidateChunks: number, text: string, limit: number): Promise<ChunkPosition[]> {
-    const db = this.ctx.db.kysely;
-    const [lexemes, frequencies] = await Promise.all([queryLexemes(db, text), this.lexemeFrequencies()]);
+  private async keywordSearch(scope: SearchScope, candidateChunks: number, lexemes: string[], limit: number): Promise<ChunkPosition[]> {
+    const frequencies = await this.lexemeFrequencies();
     const hits = new Map<string, ChunkPosition>();
     for (const group of lexemeGroups(lexemes, frequencies, candidateChunks).slice(0, KEYWORD_GROUPS)) {
-      for (const hit of await keywordSearch(db, { fileIds, match: group, rank: lexemes, limit })) if (!hits.has(key(hit))) hits.set(key(hit), hit);
+      for (const hit of await keywordSearch(this.ctx.db.kysely, { ...scope, match: group, rank: lexemes, limit })) if (!hits.has(key(hit))) hits.set(key(hit), hit);
       if (hits.size >= limit) break;
     }
     return [...hits.values()].slice(0, limit);
