@@ -6,7 +6,8 @@ import { startTestRuntime, type TestRuntime } from '../../../test/helpers.ts';
 import { bearer, call, createKey, createWorkspace, signUp, uniqueEmail } from '../../../test/fixtures.ts';
 import { compareVersions } from '../../platform/db/database.ts';
 import { EMBEDDING_DIMENSIONS } from '../../providers/embeddings/index.ts';
-import { keywordSearch, pgvectorVersion, searchScopeSummary, semanticSearch, type SearchScope } from './search-queries.ts';
+import { RRF_K } from './search.ts';
+import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, type ChunkPosition, type SearchScope } from './search-queries.ts';
 import { vectorLiteral } from './store.ts';
 
 /**
@@ -90,28 +91,79 @@ describe('knowledge-base search statements', () => {
     assert.deepEqual({ attached: elsewhere.attached, ready: elsewhere.ready, chunks: elsewhere.chunks }, { attached: 0, ready: 0, chunks: 0 });
   });
 
+  /**
+   * What rankedHits must answer, worked out here from the embeddings: the
+   * `semanticLimit` nearest searchable chunks, fused with `keyword` by
+   * reciprocal rank fusion, the top `topK`, then their neighbours.
+   */
+  function expectedHits(vector: number[], semanticLimit: number, keyword: ChunkPosition[], topK: number) {
+    const key = (p: ChunkPosition) => `${p.file_id}:${p.chunk_index}`;
+    const semantic = chunks.searchable
+      .map((chunk) => ({ file_id: chunk.fileId, chunk_index: chunk.chunkIndex, distance: cosineDistance(vector, chunk.embedding) }))
+      .sort((a, b) => a.distance - b.distance)
+      .slice(0, semanticLimit);
+    const fused = new Map<string, { position: ChunkPosition; score: number; semanticRank: number }>();
+    semantic.forEach((position, i) => fused.set(key(position), { position, score: 1 / (RRF_K + i + 1), semanticRank: i }));
+    keyword.forEach((position, i) => {
+      const entry = fused.get(key(position));
+      if (entry) entry.score += 1 / (RRF_K + i + 1);
+      else fused.set(key(position), { position, score: 1 / (RRF_K + i + 1), semanticRank: Number.POSITIVE_INFINITY });
+    });
+    const primaries = [...fused.values()]
+      .sort((a, b) => b.score - a.score || a.semanticRank - b.semanticRank || a.position.chunk_index - b.position.chunk_index)
+      .slice(0, topK)
+      .map(({ position, semanticRank }) => ({ file_id: position.file_id, chunk_index: position.chunk_index, semantic: semanticRank !== Number.POSITIVE_INFINITY, adjacent: false }));
+    const taken = new Set(primaries.map(key));
+    const neighbours = primaries.flatMap((primary) =>
+      [primary.chunk_index - 1, primary.chunk_index + 1].flatMap((chunk_index) => {
+        const position = { file_id: primary.file_id, chunk_index };
+        if (chunk_index < 0 || chunk_index >= CHUNKS_PER_FILE || taken.has(key(position))) return [];
+        taken.add(key(position));
+        return [{ ...position, semantic: primary.semantic, adjacent: true }];
+      }),
+    );
+    return [...primaries, ...neighbours];
+  }
+
+  const searchableAt = (indexes: number[]) => indexes.map((i) => ({ file_id: chunks.searchable[i]!.fileId, chunk_index: i }));
+
   for (const [path, candidateChunks] of [
     ['exact scan', CHUNKS_PER_FILE],
     ['HNSW index', 100_000],
   ] as const) {
-    test(`semantic search (${path}) returns the scope's nearest chunks, nearest first, and no other file's`, async () => {
-      const target = chunks.searchable[7]!;
-      const limit = 12;
-      const hits = await semanticSearch(rt.db.kysely, { ...scope, candidateChunks, vector: target.embedding, model: MODEL, limit, iterativeScan });
-      assert.equal(hits.length, limit);
-      assert.deepEqual(hits[0], { file_id: target.fileId, chunk_index: target.chunkIndex });
-      assert.ok(hits.every((hit) => hit.file_id === target.fileId));
-      const distances = hits.map((hit) => cosineDistance(target.embedding, chunks.searchable[hit.chunk_index]!.embedding));
-      assert.deepEqual(distances, [...distances].sort((a, b) => a - b));
-      // The settings the HNSW statement makes end with it.
-      const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
-      assert.notEqual(rows[0]?.iterative, 'relaxed_order');
-    });
+    for (const [mode, semanticLimit, keyword] of [
+      ['vector only', 12, () => []],
+      ['full text only', 0, () => searchableAt([40, 3, 59, 0, 22, 41, 17])],
+      ['hybrid', 12, () => searchableAt([5, 40, 3, 59, 0, 22, 41, 17, 8, 9])],
+    ] as const) {
+      test(`the answering statement (${path}, ${mode}) fuses, picks the primaries, adds their neighbours and reads their text`, async () => {
+        const vector = chunks.searchable[5]!.embedding;
+        const hits = await rankedHits(rt.db.kysely, { ...scope, vector, model: MODEL, candidateChunks, semanticLimit, iterativeScan, keyword: keyword(), topK: 5, rrfK: RRF_K });
+        assert.deepEqual(
+          hits.map(({ file_id, chunk_index, semantic, adjacent }) => ({ file_id, chunk_index, semantic, adjacent })),
+          expectedHits(vector, semanticLimit, keyword(), 5),
+        );
+        for (const hit of hits) {
+          assert.equal(hit.filename, 'searchable.txt');
+          assert.match(hit.content, new RegExp(`^Chunk ${hit.chunk_index} of the searchable file`));
+          assert.ok(Math.abs(hit.similarity - (1 - cosineDistance(vector, chunks.searchable[hit.chunk_index]!.embedding))) < 1e-5);
+        }
+        // The settings the HNSW statement makes end with it.
+        const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
+        assert.notEqual(rows[0]?.iterative, 'relaxed_order');
+      });
+    }
   }
 
-  test('semantic search skips chunks of another embedding model', async () => {
-    const hits = await semanticSearch(rt.db.kysely, { ...scope, candidateChunks: 100_000, vector: chunks.searchable[3]!.embedding, model: 'other-model', limit: 5, iterativeScan });
+  test('the vector search skips chunks of another embedding model', async () => {
+    const vector = chunks.searchable[3]!.embedding;
+    const hits = await rankedHits(rt.db.kysely, { ...scope, vector, model: 'other-model', candidateChunks: 100_000, semanticLimit: 5, iterativeScan, keyword: [], topK: 5, rrfK: RRF_K });
     assert.deepEqual(hits, []);
+  });
+
+  test('the full-text index takes new chunks straight into its posting lists, leaving no pending list for searches to scan', async () => {
+    const { rows } = await sql<{ options: string[] | null }>`select reloptions as options from pg_class where relname = 'kb_chunks_search_idx'`.execute(rt.db.kysely);
+    assert.deepEqual(rows[0]?.options, ['fastupdate=off']);
   });
 
   test("keyword search ranks the scope's matching chunks, most occurrences first, and no other file's", async () => {

@@ -2,22 +2,15 @@ import { sql } from 'kysely';
 import { vectorLiteral, type Db } from './store.ts';
 
 /**
- * The SQL of knowledge-base search. Every query is limited to the ready
- * files attached to one assistant (SearchScope). The ranking queries return positions only; the content and the
- * similarity of the few chunks answered are read afterwards (chunksAt), so no
- * ranked-but-dropped row has its text read.
+ * The SQL of knowledge-base search. Every statement is limited to the ready
+ * files attached to one assistant (SearchScope). The full-text side ranks
+ * positions only; the statement that answers (rankedHits) reads the text of
+ * the few chunks it returns, so no ranked-but-dropped row has its text read.
  */
 
 export interface ChunkPosition {
   file_id: string;
   chunk_index: number;
-}
-
-export interface ChunkHit extends ChunkPosition {
-  filename: string;
-  page_number: number | null;
-  content: string;
-  similarity: number;
 }
 
 /**
@@ -77,53 +70,6 @@ export async function searchScopeSummary(db: Db, scope: SearchScope, text: strin
     from kb_attachments a join kb_files f on f.id = a.file_id
     where a.assistant_id = ${scope.assistantId}`.execute(db);
   return rows[0]!;
-}
-
-/**
- * The `limit` chunks nearest to the query vector, nearest first. With few
- * candidates the distance to each is computed exactly (the materialized CTE
- * keeps the planner off the HNSW index). With many, the HNSW index answers; a
- * file filter on an approximate index can starve it (the graph walk finds the
- * nearest chunks of *other* files and stops), so pgvector ≥ 0.8 is told to
- * keep scanning until enough rows pass the filter (iterative_scan), and the
- * candidate list (ef_search) is widened to the limit. Results are re-sorted by
- * distance since relaxed_order may return them slightly out of order.
- *
- * The LIMIT clause's subquery makes those two settings: PostgreSQL evaluates
- * a LIMIT before it pulls the first row from the index scan, and
- * set_config(…, true) lasts until the statement's own transaction ends. One
- * statement instead of BEGIN, SET LOCAL, the query and COMMIT on a dedicated
- * connection, which cost more than the HNSW walk itself (kb bench, 100k
- * chunks: ~7.5 ms against ~3 ms).
- */
-export async function semanticSearch(
-  db: Db,
-  input: SearchScope & { candidateChunks: number; vector: number[]; model: string; limit: number; iterativeScan: boolean },
-): Promise<ChunkPosition[]> {
-  const query = vectorLiteral(input.vector);
-  if (input.candidateChunks <= EXACT_SCAN_MAX_CHUNKS) {
-    const { rows } = await sql<ChunkPosition>`
-      with candidates as materialized (
-        select c.file_id, c.chunk_index, c.embedding <=> ${query}::vector as distance
-        from kb_chunks c
-        where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
-      )
-      select file_id, chunk_index from candidates
-      order by distance, file_id, chunk_index
-      limit ${input.limit}`.execute(db);
-    return rows;
-  }
-  const efSearch = String(Math.min(1000, Math.max(40, input.limit * 2)));
-  const settings = input.iterativeScan
-    ? sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null and set_config('hnsw.iterative_scan', 'relaxed_order', true) is not null`
-    : sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null`;
-  const { rows } = await sql<ChunkPosition & { distance: number }>`
-    select c.file_id, c.chunk_index, (c.embedding <=> ${query}::vector)::float8 as distance
-    from kb_chunks c
-    where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
-    order by c.embedding <=> ${query}::vector
-    limit (select ${input.limit}::int where ${settings})`.execute(db);
-  return rows.sort((a, b) => a.distance - b.distance).map(({ file_id, chunk_index }) => ({ file_id, chunk_index }));
 }
 
 /**
@@ -211,18 +157,6 @@ export async function keywordSearch(db: Db, input: SearchScope & { match: readon
   return rows;
 }
 
-/** The chunks at these positions (the hits and their neighbours), with their cosine similarity to the query. */
-export async function chunksAt(db: Db, positions: Array<{ fileId: string; chunkIndex: number }>, vector: number[]): Promise<ChunkHit[]> {
-  if (positions.length === 0) return [];
-  const query = vectorLiteral(vector);
-  const { rows } = await sql<ChunkHit>`
-    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${query}::vector))::float8 as similarity
-    from unnest(${positions.map((p) => p.fileId)}::uuid[], ${positions.map((p) => p.chunkIndex)}::int[]) as wanted(file_id, chunk_index)
-    join kb_chunks c on c.file_id = wanted.file_id and c.chunk_index = wanted.chunk_index
-    join kb_files f on f.id = c.file_id`.execute(db);
-  return rows;
-}
-
 /** The installed pgvector version (iterative index scans need 0.8). */
 export async function pgvectorVersion(db: Db): Promise<string> {
   const { rows } = await sql<{ extversion: string }>`select extversion from pg_extension where extname = 'vector'`.execute(db);
@@ -243,3 +177,123 @@ export async function refreshChunkStatistics(db: Db): Promise<void> {
   if (described < 0 || stored > described * 1.1) await sql`analyze kb_chunks`.execute(db);
 }
 
+/** A search hit as the answering statement returns it: primaries first, then their neighbours. */
+export interface RankedHit extends ChunkPosition {
+  filename: string;
+  page_number: number | null;
+  content: string;
+  similarity: number;
+  /** The vector search ranked it (or the primary it neighbours); otherwise only the full-text search did. */
+  semantic: boolean;
+  adjacent: boolean;
+}
+
+/**
+ * The whole answer in one statement once the query vector is known, so only
+ * one round trip waits for the embedding: the nearest chunks (semanticLimit
+ * of them; none in keyword mode) fused with the full-text list the caller
+ * already has by reciprocal rank fusion (Cormack et al.: a chunk's score is
+ * Σ 1 / (rrfK + rank) over the lists that ranked it), the `topK` best as
+ * primaries (ties: better vector rank, then position), then the chunks right
+ * before and after each primary that are not primaries themselves, in the
+ * order of their primaries (a neighbour of two goes with the first), each
+ * with its text and cosine similarity to the query.
+ */
+export async function rankedHits(
+  db: Db,
+  input: SearchScope & {
+    vector: number[];
+    model: string;
+    candidateChunks: number;
+    semanticLimit: number;
+    iterativeScan: boolean;
+    keyword: readonly ChunkPosition[];
+    topK: number;
+    rrfK: number;
+  },
+): Promise<RankedHit[]> {
+  const query = vectorLiteral(input.vector);
+  const { rows } = await sql<RankedHit>`
+    with semantic as (
+      select file_id, chunk_index, row_number() over (order by distance, file_id, chunk_index) as rank
+      from (${nearestChunks({ ...input, limit: input.semanticLimit })}) nearest
+      -- Said again as a constant: the planner cannot see the limit inside (a subquery), and guessing thousands of rows
+      -- would make it read the chunks below by scanning the table instead of by their positions.
+      limit ${input.semanticLimit}
+    ),
+    keyword as (
+      select file_id, chunk_index, rank
+      from unnest(${input.keyword.map((hit) => hit.file_id)}::uuid[], ${input.keyword.map((hit) => hit.chunk_index)}::int[]) with ordinality as k(file_id, chunk_index, rank)
+    ),
+    fused as (
+      select coalesce(s.file_id, k.file_id) as file_id, coalesce(s.chunk_index, k.chunk_index) as chunk_index, s.rank is not null as semantic,
+        row_number() over (
+          order by coalesce(1::float8 / (${input.rrfK} + s.rank), 0) + coalesce(1::float8 / (${input.rrfK} + k.rank), 0) desc,
+            s.rank nulls last, coalesce(s.file_id, k.file_id), coalesce(s.chunk_index, k.chunk_index)
+        ) as position
+      from semantic s full join keyword k on k.file_id = s.file_id and k.chunk_index = s.chunk_index
+    ),
+    primaries as (select file_id, chunk_index, semantic, position from fused where position <= ${input.topK} order by position limit ${input.topK}),
+    wanted as (
+      select file_id, chunk_index, semantic, false as adjacent, position, 0 as side from primaries
+      union all
+      select * from (
+        select distinct on (p.file_id, p.chunk_index + step.delta) p.file_id, p.chunk_index + step.delta, p.semantic, true, p.position, step.side
+        from primaries p cross join (values (-1, 1), (1, 2)) as step(delta, side)
+        where p.chunk_index + step.delta >= 0
+          and not exists (select 1 from primaries q where q.file_id = p.file_id and q.chunk_index = p.chunk_index + step.delta)
+        order by p.file_id, p.chunk_index + step.delta, p.position, step.side
+      ) neighbours
+    )
+    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${query}::vector))::float8 as similarity,
+      w.semantic, w.adjacent
+    from wanted w
+    join kb_chunks c on c.file_id = w.file_id and c.chunk_index = w.chunk_index
+    join kb_files f on f.id = c.file_id
+    order by w.adjacent, w.position, w.side`.execute(db);
+  return rows;
+}
+
+/**
+ * The `limit` chunks of the scope nearest to the query vector, with their
+ * distances, in no particular order (rankedHits numbers them). With few
+ * candidates the distance to each is computed exactly (the materialized CTE
+ * keeps the planner off the HNSW index). With many, the HNSW index answers; a
+ * file filter on an approximate index can starve it (the graph walk finds the
+ * nearest chunks of *other* files and stops), so pgvector ≥ 0.8 is told to
+ * keep scanning until enough rows pass the filter (iterative_scan), and the
+ * candidate list (ef_search) is widened to the limit; relaxed_order may
+ * return them slightly out of order.
+ *
+ * The LIMIT clause's subquery makes those two settings: PostgreSQL evaluates
+ * a LIMIT before it pulls the first row from the index scan, and
+ * set_config(…, true) lasts until the statement's own transaction ends. One
+ * statement instead of BEGIN, SET LOCAL, the query and COMMIT on a dedicated
+ * connection, which cost more than the HNSW walk itself (kb bench, 100k
+ * chunks: ~7.5 ms against ~3 ms).
+ */
+function nearestChunks(input: SearchScope & { candidateChunks: number; vector: number[]; model: string; limit: number; iterativeScan: boolean }) {
+  const query = vectorLiteral(input.vector);
+  if (input.limit === 0) return sql`select null::uuid as file_id, null::int as chunk_index, null::float8 as distance where false`;
+  if (input.candidateChunks <= EXACT_SCAN_MAX_CHUNKS) {
+    return sql`
+      with candidates as materialized (
+        select c.file_id, c.chunk_index, (c.embedding <=> ${query}::vector)::float8 as distance
+        from kb_chunks c
+        where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
+      )
+      select file_id, chunk_index, distance from candidates
+      order by distance, file_id, chunk_index
+      limit ${input.limit}`;
+  }
+  const efSearch = String(Math.min(1000, Math.max(40, input.limit * 2)));
+  const settings = input.iterativeScan
+    ? sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null and set_config('hnsw.iterative_scan', 'relaxed_order', true) is not null`
+    : sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null`;
+  return sql`
+    select c.file_id, c.chunk_index, (c.embedding <=> ${query}::vector)::float8 as distance
+    from kb_chunks c
+    where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
+    order by c.embedding <=> ${query}::vector
+    limit (select ${input.limit}::int where ${settings})`;
+}

@@ -6,13 +6,12 @@ import { isUuid } from '../../platform/ids.ts';
 import type { Embedder } from '../../providers/embeddings/index.ts';
 import { assistantsService } from '../assistants/service.ts';
 import {
-  chunksAt,
   keywordSearch,
   lexemeFrequencies,
   lexemeGroups,
   pgvectorVersion,
+  rankedHits,
   searchScopeSummary,
-  semanticSearch,
   type ChunkPosition,
   type LexemeFrequencies,
   type SearchScope,
@@ -75,30 +74,6 @@ export interface SearchInput {
 
 const key = (hit: ChunkPosition) => `${hit.file_id}:${hit.chunk_index}`;
 
-export interface FusedPosition extends ChunkPosition {
-  match_type: MatchType;
-}
-
-/**
- * Reciprocal rank fusion of the semantic and keyword lists: the top `topK`
- * by fused score (ties: better semantic rank, then position), each marked
- * `semantic` when the vector search ranked it and `keyword` when only the
- * full-text search did.
- */
-export function fuse(semantic: ChunkPosition[], keyword: ChunkPosition[], topK: number): FusedPosition[] {
-  const fused = new Map<string, { hit: ChunkPosition; score: number; semanticRank: number; match_type: MatchType }>();
-  semantic.forEach((hit, i) => fused.set(key(hit), { hit, score: 1 / (RRF_K + i + 1), semanticRank: i, match_type: 'semantic' }));
-  keyword.forEach((hit, i) => {
-    const entry = fused.get(key(hit));
-    if (entry) entry.score += 1 / (RRF_K + i + 1);
-    else fused.set(key(hit), { hit, score: 1 / (RRF_K + i + 1), semanticRank: Number.POSITIVE_INFINITY, match_type: 'keyword' });
-  });
-  return [...fused.values()]
-    .sort((a, b) => b.score - a.score || a.semanticRank - b.semanticRank || a.hit.file_id.localeCompare(b.hit.file_id) || a.hit.chunk_index - b.hit.chunk_index)
-    .slice(0, topK)
-    .map(({ hit, match_type }) => ({ file_id: hit.file_id, chunk_index: hit.chunk_index, match_type }));
-}
-
 export class KnowledgeBaseSearch {
   private iterativeScan?: Promise<boolean>;
   private frequencies?: { readAt: number; value: Promise<LexemeFrequencies> };
@@ -144,59 +119,39 @@ export class KnowledgeBaseSearch {
     const summary = searchScopeSummary(db, scope, input.query);
 
     // The full-text side needs no vector: on PostgreSQL it runs on another pooled connection while the query is
-    // embedded and the vector search runs. PGlite has one connection, which takes the queries in turn.
-    const semanticSide = summary.then(({ chunks }) =>
-      mode === 'keyword' || chunks === 0
-        ? []
-        : Promise.all([queryVector, this.supportsIterativeScan()]).then(([vector, iterativeScan]) =>
-            semanticSearch(db, { ...scope, candidateChunks: chunks, vector, model: embedder.model, limit: candidates, iterativeScan }),
-          ),
-    );
+    // embedded. PGlite has one connection, which takes the queries in turn.
     const keywordSide = summary.then(({ chunks, lexemes }) => (mode === 'semantic' || chunks === 0 ? [] : this.keywordSearch(scope, chunks, lexemes, candidates)));
-    semanticSide.catch(() => {});
     keywordSide.catch(() => {});
 
     await located;
-    const { attached, ready } = await summary;
+    const { attached, ready, chunks } = await summary;
     if (attached === 0) return { hits: [], reason: 'no_files_attached', timing: timing() };
     if (ready === 0) return { hits: [], reason: 'no_ready_files', timing: timing() };
-    const [vector, semantic, keyword] = await Promise.all([queryVector, semanticSide, keywordSide]);
-    const primaries = fuse(semantic, keyword, topK);
-    if (primaries.length === 0) return { hits: [], reason: 'no_matches', timing: timing() };
-
-    const present = new Set(primaries.map(key));
-    const wanted: Array<{ fileId: string; chunkIndex: number; match_type: MatchType; adjacent: boolean }> = primaries.map((hit) => ({
-      fileId: hit.file_id,
-      chunkIndex: hit.chunk_index,
-      match_type: hit.match_type,
-      adjacent: false,
-    }));
-    for (const hit of primaries) {
-      for (const chunkIndex of [hit.chunk_index - 1, hit.chunk_index + 1]) {
-        const position = `${hit.file_id}:${chunkIndex}`;
-        if (chunkIndex < 0 || present.has(position)) continue;
-        present.add(position);
-        wanted.push({ fileId: hit.file_id, chunkIndex, match_type: hit.match_type, adjacent: true });
-      }
-    }
-    // One read for the hits and their neighbours: the ranking queries returned positions only.
-    const stored = new Map((await chunksAt(db, wanted, vector)).map((hit) => [key(hit), hit]));
-    const found = wanted.flatMap((w) => {
-      const hit = stored.get(`${w.fileId}:${w.chunkIndex}`);
-      return hit ? [{ ...hit, match_type: w.match_type, adjacent: w.adjacent }] : [];
+    const [vector, keyword, iterativeScan] = await Promise.all([queryVector, keywordSide, this.supportsIterativeScan()]);
+    // Vector search, fusion and the hits' text in one statement: the only round trip that waits for the embedding.
+    const rows = await rankedHits(db, {
+      ...scope,
+      vector,
+      model: embedder.model,
+      candidateChunks: chunks,
+      semanticLimit: mode === 'keyword' ? 0 : candidates,
+      iterativeScan,
+      keyword,
+      topK,
+      rrfK: RRF_K,
     });
-
-    const hits = found.map(
-      (hit, i): SearchHit => ({
+    if (rows.length === 0) return { hits: [], reason: 'no_matches', timing: timing() };
+    const hits = rows.map(
+      (row, i): SearchHit => ({
         rank: i + 1,
-        file_id: hit.file_id,
-        filename: hit.filename,
-        chunk_index: hit.chunk_index,
-        page_number: hit.page_number,
-        content: hit.content,
-        similarity: Number(hit.similarity),
-        match_type: hit.match_type,
-        adjacent: hit.adjacent,
+        file_id: row.file_id,
+        filename: row.filename,
+        chunk_index: row.chunk_index,
+        page_number: row.page_number,
+        content: row.content,
+        similarity: Number(row.similarity),
+        match_type: row.semantic ? 'semantic' : 'keyword',
+        adjacent: row.adjacent,
       }),
     );
     return { hits, timing: timing() };
