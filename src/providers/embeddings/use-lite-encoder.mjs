@@ -85,7 +85,8 @@ export function useLiteEncoder(graph) {
     return tf.add(tf.mul(tf.mul(norm.scale, tf.rsqrt(tf.add(variance, epsilon))), centered), norm.bias);
   };
 
-  return (tokenLists) =>
+  /** @param {number[][]} tokenLists */
+  const forward = (tokenLists) =>
     tf.tidy(() => {
       const texts = tokenLists.length;
       const packed = tokenLists.flat();
@@ -122,7 +123,17 @@ export function useLiteEncoder(graph) {
       textOfRow.forEach((text, row) => (averaging[text * rows + row] = 1 / tokenLists[text].length));
       const mean = tf.matMul(tf.tensor2d(averaging, [texts, rows]), /** @type {tf.Tensor2D} */ (stream));
       const sentence = tf.tanh(affine(mean, pooled));
-      const unit = tf.mul(sentence, tf.rsqrt(tf.maximum(tf.sum(tf.square(sentence), 1, true), normFloor)));
-      return /** @type {Float32Array} */ (unit.dataSync());
+      return tf.mul(sentence, tf.rsqrt(tf.maximum(tf.sum(tf.square(sentence), 1, true), normFloor)));
     });
+
+  // The numbers are read outside tidy(): tidy() looks for tensors inside whatever its function returns, and walks a
+  // typed array element by element (512 Set insertions per text, the worker's main source of garbage).
+  return (tokenLists) => {
+    const unit = forward(tokenLists);
+    try {
+      return /** @type {Float32Array} */ (unit.dataSync());
+    } finally {
+      unit.dispose();
+    }
+  };
 }
