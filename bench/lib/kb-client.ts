@@ -171,7 +171,7 @@ export class KbClient {
       body: { assistant_id: this.assistantId, query, top_k: topK, mode },
       headers: { authorization: `Bearer ${this.apiKey}` },
     });
-    const embedding = /(?:^|,\s*)embedding;dur=([\d.]+)/.exec(headers.get('server-timing') ?? '');
+    const embedding = /(?:^|,\s*)embedding;dur=([\d.]+)/.exec(String(headers['server-timing'] ?? ''));
     return { hits: body.hits, embeddingMs: embedding ? Number(embedding[1]) : undefined };
   }
 }
@@ -180,13 +180,40 @@ async function json<T>(baseUrl: string, method: string, path: string, options: {
   return (await request<T>(baseUrl, method, path, options)).body;
 }
 
-async function request<T>(baseUrl: string, method: string, path: string, options: { body?: unknown; headers?: Record<string, string> }): Promise<{ body: T; headers: Headers }> {
-  const res = await fetch(`${baseUrl}${path}`, {
-    method,
-    headers: { ...(options.body === undefined ? {} : { 'content-type': 'application/json' }), ...options.headers },
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+/**
+ * One JSON request over node:http with a kept-alive connection. The latency
+ * table times these calls on the machine that runs the server: fetch (undici)
+ * took about three times the client CPU per request (0.8 against 0.27 ms
+ * here), CPU a 2-core machine's server would otherwise have had.
+ */
+const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 4 });
+
+function request<T>(baseUrl: string, method: string, path: string, options: { body?: unknown; headers?: Record<string, string> }): Promise<{ body: T; headers: http.IncomingHttpHeaders }> {
+  const url = new URL(path, baseUrl);
+  const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: url.hostname,
+        port: url.port,
+        path: `${url.pathname}${url.search}`,
+        method,
+        agent: keepAlive,
+        headers: { ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }), ...options.headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          const status = res.statusCode ?? 0;
+          if (status < 200 || status >= 300) reject(new Error(`${method} ${path}: ${status} ${text.slice(0, 300)}`));
+          else resolve({ body: (text === '' ? undefined : JSON.parse(text)) as T, headers: res.headers });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(payload);
   });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
-  return { body: JSON.parse(text) as T, headers: res.headers };
 }
