@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { vectorLiteral, type Db } from './store.ts';
 
 /**
@@ -212,11 +212,13 @@ export async function rankedHits(
     rrfK: number;
   },
 ): Promise<RankedHit[]> {
-  const query = vectorLiteral(input.vector);
+  // The vector is sent once (~9 kB as text) and read by the index scan and the similarity alike.
+  const query = sql`(select embedding from query_vector)`;
   const { rows } = await sql<RankedHit>`
-    with semantic as (
+    with query_vector as (select ${vectorLiteral(input.vector)}::vector as embedding),
+    semantic as (
       select file_id, chunk_index, row_number() over (order by distance, file_id, chunk_index) as rank
-      from (${nearestChunks({ ...input, limit: input.semanticLimit })}) nearest
+      from (${nearestChunks({ ...input, limit: input.semanticLimit }, query)}) nearest
       -- Said again as a constant: the planner cannot see the limit inside (a subquery), and guessing thousands of rows
       -- would make it read the chunks below by scanning the table instead of by their positions.
       limit ${input.semanticLimit}
@@ -245,7 +247,7 @@ export async function rankedHits(
         order by p.file_id, p.chunk_index + step.delta, p.position, step.side
       ) neighbours
     )
-    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${query}::vector))::float8 as similarity,
+    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${query}))::float8 as similarity,
       w.semantic, w.adjacent
     from wanted w
     join kb_chunks c on c.file_id = w.file_id and c.chunk_index = w.chunk_index
@@ -272,13 +274,12 @@ export async function rankedHits(
  * connection, which cost more than the HNSW walk itself (kb bench, 100k
  * chunks: ~7.5 ms against ~3 ms).
  */
-function nearestChunks(input: SearchScope & { candidateChunks: number; vector: number[]; model: string; limit: number; iterativeScan: boolean }) {
-  const query = vectorLiteral(input.vector);
+function nearestChunks(input: SearchScope & { candidateChunks: number; model: string; limit: number; iterativeScan: boolean }, query: RawBuilder<unknown>) {
   if (input.limit === 0) return sql`select null::uuid as file_id, null::int as chunk_index, null::float8 as distance where false`;
   if (input.candidateChunks <= EXACT_SCAN_MAX_CHUNKS) {
     return sql`
       with candidates as materialized (
-        select c.file_id, c.chunk_index, (c.embedding <=> ${query}::vector)::float8 as distance
+        select c.file_id, c.chunk_index, (c.embedding <=> ${query})::float8 as distance
         from kb_chunks c
         where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
       )
@@ -291,9 +292,9 @@ function nearestChunks(input: SearchScope & { candidateChunks: number; vector: n
     ? sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null and set_config('hnsw.iterative_scan', 'relaxed_order', true) is not null`
     : sql`set_config('hnsw.ef_search', ${efSearch}, true) is not null`;
   return sql`
-    select c.file_id, c.chunk_index, (c.embedding <=> ${query}::vector)::float8 as distance
+    select c.file_id, c.chunk_index, (c.embedding <=> ${query})::float8 as distance
     from kb_chunks c
     where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
-    order by c.embedding <=> ${query}::vector
+    order by c.embedding <=> ${query}
     limit (select ${input.limit}::int where ${settings})`;
 }
