@@ -110,16 +110,11 @@ export class KbClient {
             'content-length': head.length + size + tail.length,
           },
         },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (chunk: Buffer) => chunks.push(chunk));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString();
+        (res) =>
+          bodyText(res).then((text) => {
             if (res.statusCode !== 200) reject(new Error(`POST /api/kb/files ${filename}: ${res.statusCode} ${text.slice(0, 300)}`));
             else resolve((JSON.parse(text) as { file: KbFile }).file);
-          });
-          res.on('error', reject);
-        },
+          }).catch(reject),
       );
       req.on('error', reject);
       let remaining = size;
@@ -201,19 +196,24 @@ function request<T>(baseUrl: string, method: string, path: string, options: { bo
         agent: keepAlive,
         headers: { ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }), ...options.headers },
       },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
+      (res) =>
+        bodyText(res).then((text) => {
           const status = res.statusCode ?? 0;
           if (status < 200 || status >= 300) reject(new Error(`${method} ${path}: ${status} ${text.slice(0, 300)}`));
           else resolve({ body: (text === '' ? undefined : JSON.parse(text)) as T, headers: res.headers });
-        });
-        res.on('error', reject);
-      },
+        }).catch(reject),
     );
     req.on('error', reject);
     req.end(payload);
+  });
+}
+
+/** A response's whole body as text. */
+function bodyText(res: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    res.on('data', (chunk: Buffer) => chunks.push(chunk));
+    res.on('end', () => resolve(Buffer.concat(chunks).toString()));
+    res.on('error', reject);
   });
 }
