@@ -24,7 +24,7 @@ if (!parentPort) throw new Error('local-worker.mjs runs only as a worker thread'
 const port = parentPort;
 
 /** @typedef {import('@energetic-ai/embeddings').EmbeddingsModel} EmbeddingsModel */
-/** @typedef {(texts: string[]) => Float32Array[] | undefined} DirectEncoder */
+/** @typedef {(texts: string[]) => Float32Array | undefined} DirectEncoder row after row, EMBEDDING_WIDTH numbers per text */
 
 /** @type {Promise<{ model: EmbeddingsModel, direct?: DirectEncoder }> | undefined} */
 let loading;
@@ -78,15 +78,15 @@ async function directEncoder(model) {
       const tokenLists = texts.map((text) => model.tokenizer.encode(text).slice(0, MAX_TOKENS));
       const tokens = tokenLists.reduce((sum, list) => sum + list.length, 0);
       if (tokenLists.some((list) => list.length === 0) || tokens > DIRECT_MAX_TOKENS) return undefined;
-      const flat = encode(tokenLists);
-      return texts.map((_, row) => flat.subarray(row * EMBEDDING_WIDTH, (row + 1) * EMBEDDING_WIDTH));
+      return encode(tokenLists);
     };
+    const row = (/** @type {Float32Array | undefined} */ flat, /** @type {number} */ index) => flat?.subarray(index * EMBEDDING_WIDTH, (index + 1) * EMBEDDING_WIDTH);
     const expected = await model.embed(SELF_CHECK);
     const together = run(SELF_CHECK);
-    const alone = SELF_CHECK.map((text) => run([text])?.[0]);
+    const alone = SELF_CHECK.map((text) => row(run([text]), 0));
     const matches = (/** @type {ArrayLike<number> | undefined} */ actual, /** @type {number[]} */ wanted) =>
       actual !== undefined && actual.length === wanted.length && wanted.every((value, i) => Math.abs(value - actual[i]) <= SELF_CHECK_TOLERANCE);
-    return expected.every((wanted, row) => matches(together?.[row], wanted) && matches(alone[row], wanted)) ? run : undefined;
+    return expected.every((wanted, index) => matches(row(together, index), wanted) && matches(alone[index], wanted)) ? run : undefined;
   } catch {
     return undefined;
   }
@@ -96,12 +96,18 @@ async function directEncoder(model) {
 port.on('message', async (/** @type {{ id: number, texts: string[] }} */ { id, texts }) => {
   try {
     const { model, direct } = await (loading ?? load());
-    const vectors = direct?.(texts) ?? (await model.embed(texts));
-    const dimensions = vectors[0]?.length ?? 0;
-    const flat = new Float32Array(texts.length * dimensions);
-    vectors.forEach((vector, row) => flat.set(vector, row * dimensions));
+    const encoded = direct?.(texts);
+    const { flat, dimensions } = encoded ? { flat: encoded, dimensions: EMBEDDING_WIDTH } : flatten(await model.embed(texts));
     port.postMessage({ id, vectors: flat, dimensions }, [flat.buffer]);
   } catch (error) {
     port.postMessage({ id, error: error instanceof Error ? error.message : String(error) });
   }
 });
+
+/** The graph's vectors (one array per text) row after row in one transferable array. */
+function flatten(/** @type {number[][]} */ vectors) {
+  const dimensions = vectors[0]?.length ?? 0;
+  const flat = new Float32Array(vectors.length * dimensions);
+  vectors.forEach((vector, row) => flat.set(vector, row * dimensions));
+  return { flat, dimensions };
+}
