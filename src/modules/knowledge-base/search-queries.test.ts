@@ -8,7 +8,7 @@ import { compareVersions } from '../../platform/db/database.ts';
 import { EMBEDDING_DIMENSIONS } from '../../providers/embeddings/index.ts';
 import { RRF_K } from './search.ts';
 import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, type ChunkPosition, type SearchScope } from './search-queries.ts';
-import { vectorLiteral } from './store.ts';
+import { insertChunks } from './store.ts';
 
 /**
  * The search statements on the real database, with files and chunks written
@@ -60,21 +60,14 @@ describe('knowledge-base search statements', () => {
         .returning('id')
         .executeTakeFirstOrThrow();
       if (attached) await rt.db.kysely.insertInto('kb_attachments').values({ assistant_id: assistantId, file_id: file.id, account_id: ws.id }).execute();
-      for (let chunkIndex = 0; chunkIndex < CHUNKS_PER_FILE; chunkIndex++) {
-        const embedding = randomUnitVector();
-        chunks[label].push({ fileId: file.id, chunkIndex, embedding });
-        await rt.db.kysely
-          .insertInto('kb_chunks')
-          .values({
-            file_id: file.id,
-            account_id: ws.id,
-            chunk_index: chunkIndex,
-            content: `Chunk ${chunkIndex} of the ${label} file mentions ${chunkIndex % 2 === 0 ? 'warranty' : 'shipping'} terms${chunkIndex % 10 === 0 ? ' and warranty warranty claims' : ''}.`,
-            embedding: vectorLiteral(embedding),
-            embedding_model: MODEL,
-          })
-          .execute();
-      }
+      const written = Array.from({ length: CHUNKS_PER_FILE }, (_, chunkIndex) => ({
+        chunkIndex,
+        pageNumber: null,
+        content: `Chunk ${chunkIndex} of the ${label} file mentions ${chunkIndex % 2 === 0 ? 'warranty' : 'shipping'} terms${chunkIndex % 10 === 0 ? ' and warranty warranty claims' : ''}.`,
+        embedding: randomUnitVector(),
+      }));
+      await insertChunks(rt.db.kysely, { id: file.id, accountId: ws.id }, MODEL, written);
+      chunks[label].push(...written.map(({ chunkIndex, embedding }) => ({ fileId: file.id, chunkIndex, embedding })));
     }
   });
   after(async () => {
