@@ -45,7 +45,7 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
     assert.ok(dot(cat!, paraphrase!) > dot(cat!, unrelated!) + 0.2, `paraphrase ${dot(cat!, paraphrase!)} vs unrelated ${dot(cat!, unrelated!)}`);
     assert.equal(embedder.model, 'use-lite-512-sentence-mean');
     assert.equal(LOCAL_EMBEDDING_MODEL, embedder.model);
-    assert.equal(embedder.directEncoder, true, 'the worker checked its direct encoder against model.embed() and uses it');
+    assert.equal(embedder.runtime, 'onnxruntime', 'the worker checked ONNX Runtime against the TensorFlow.js model and uses it');
   });
 
   test("a text's vector is the unit-length mean of its sentences' vectors; a one-sentence text keeps its own", async () => {
@@ -61,6 +61,29 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
   test('empty, markup-only and very long texts still get one unit vector each', async () => {
     const unbroken = 'x'.repeat(3 * MAX_SENTENCE_CHARS);
     assertUnitVectors(await embedder.embed(['', '   ', '---', unbroken, 'word '.repeat(1000)]), 5);
+  });
+
+  test('ONNX Runtime gives the TensorFlow.js model\'s vectors: batches over one run, long, short and empty texts, queries', async () => {
+    const tfjs = new LocalEmbedder({ runtime: 'tfjs' });
+    try {
+      const texts = [
+        ...Array.from({ length: 40 }, (_, i) => `Clause ${i}: the reseller refunds annual plan KV-${i} within ${i + 3} days. Ask support first.`),
+        'word '.repeat(300),
+        '## Shipping\nParcels leave the warehouse on weekdays.',
+        '',
+      ];
+      const [native, reference] = await Promise.all([embedder.embed(texts), tfjs.embed(texts)]);
+      assert.equal(tfjs.runtime, 'tfjs');
+      native.forEach((vector, i) => assert.ok(vector.every((value, j) => Math.abs(value - reference[i]![j]!) < 1e-5), `text ${i}`));
+      const query = 'Quick question: how many days does the reseller have to refund KV-7?';
+      const [nativeQuery, referenceQuery] = await Promise.all([embedder.embedQuery(query), tfjs.embedQuery(query)]);
+      assert.ok(nativeQuery.every((value, j) => Math.abs(value - referenceQuery[j]!) < 1e-5));
+      // Alone, an empty text is a run without tokens, which ONNX Runtime cannot take (TensorFlow.js fails on it too).
+      const [emptyAlone] = await embedder.embed(['']);
+      assert.ok(emptyAlone!.every((value, j) => Math.abs(value - native.at(-1)![j]!) < 1e-6), 'an empty text alone gets its vector from a batch');
+    } finally {
+      await tfjs.close();
+    }
   });
 
   test('concurrent requests larger than a batch each get their own vectors, in order', async () => {

