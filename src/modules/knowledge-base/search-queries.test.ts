@@ -7,7 +7,7 @@ import { bearer, call, createKey, createWorkspace, signUp, uniqueEmail } from '.
 import { compareVersions } from '../../platform/db/database.ts';
 import { EMBEDDING_DIMENSIONS } from '../../providers/embeddings/index.ts';
 import { RRF_K } from './search.ts';
-import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, type ChunkPosition, type SearchScope } from './search-queries.ts';
+import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, semanticSearch, type ChunkPosition, type SearchScope } from './search-queries.ts';
 import { insertChunks } from './store.ts';
 
 /**
@@ -84,17 +84,21 @@ describe('knowledge-base search statements', () => {
     assert.deepEqual({ attached: elsewhere.attached, ready: elsewhere.ready, chunks: elsewhere.chunks }, { attached: 0, ready: 0, chunks: 0 });
   });
 
-  /**
-   * What rankedHits must answer, worked out here from the embeddings: the
-   * `semanticLimit` nearest searchable chunks, fused with `keyword` by
-   * reciprocal rank fusion, the top `topK`, then their neighbours.
-   */
-  function expectedHits(vector: number[], semanticLimit: number, keyword: ChunkPosition[], topK: number) {
-    const key = (p: ChunkPosition) => `${p.file_id}:${p.chunk_index}`;
-    const semantic = chunks.searchable
+  /** The `limit` searchable chunks nearest to `vector`, worked out here from the embeddings. */
+  const nearestSearchable = (vector: number[], limit: number): ChunkPosition[] =>
+    chunks.searchable
       .map((chunk) => ({ file_id: chunk.fileId, chunk_index: chunk.chunkIndex, distance: cosineDistance(vector, chunk.embedding) }))
       .sort((a, b) => a.distance - b.distance)
-      .slice(0, semanticLimit);
+      .slice(0, limit)
+      .map(({ file_id, chunk_index }) => ({ file_id, chunk_index }));
+
+  /**
+   * What rankedHits must answer, worked out here: `semantic` fused with
+   * `keyword` by reciprocal rank fusion, the top `topK`, then their
+   * neighbours.
+   */
+  function expectedHits(semantic: ChunkPosition[], keyword: ChunkPosition[], topK: number) {
+    const key = (p: ChunkPosition) => `${p.file_id}:${p.chunk_index}`;
     const fused = new Map<string, { position: ChunkPosition; score: number; semanticRank: number }>();
     semantic.forEach((position, i) => fused.set(key(position), { position, score: 1 / (RRF_K + i + 1), semanticRank: i }));
     keyword.forEach((position, i) => {
@@ -124,35 +128,36 @@ describe('knowledge-base search statements', () => {
     ['exact scan', CHUNKS_PER_FILE],
     ['HNSW index', 100_000],
   ] as const) {
-    for (const [mode, semanticLimit, keyword] of [
-      ['vector only', 12, () => []],
-      ['full text only', 0, () => searchableAt([40, 3, 59, 0, 22, 41, 17])],
-      ['hybrid', 12, () => searchableAt([5, 40, 3, 59, 0, 22, 41, 17, 8, 9])],
-    ] as const) {
-      test(`the answering statement (${path}, ${mode}) fuses, picks the primaries, adds their neighbours and reads their text`, async () => {
-        const vector = chunks.searchable[5]!.embedding;
-        const hits = await rankedHits(rt.db.kysely, { ...scope, vector, model: MODEL, candidateChunks, semanticLimit, iterativeScan, keyword: keyword(), topK: 5, rrfK: RRF_K });
-        assert.deepEqual(
-          hits.map(({ file_id, chunk_index, semantic, adjacent }) => ({ file_id, chunk_index, semantic, adjacent })),
-          expectedHits(vector, semanticLimit, keyword(), 5),
-        );
-        for (const hit of hits) {
-          assert.equal(hit.filename, 'searchable.txt');
-          assert.match(hit.content, new RegExp(`^Chunk ${hit.chunk_index} of the searchable file`));
-          assert.ok(Math.abs(hit.similarity - (1 - cosineDistance(vector, chunks.searchable[hit.chunk_index]!.embedding))) < 1e-5);
-        }
-        // The settings the HNSW statement makes end with it.
-        const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
-        assert.notEqual(rows[0]?.iterative, 'relaxed_order');
-      });
-    }
+    test(`the semantic list (${path}) is the scope's nearest chunks of the model, nearest first`, async () => {
+      const vector = chunks.searchable[5]!.embedding;
+      assert.deepEqual(await semanticSearch(rt.db.kysely, { ...scope, vector, model: MODEL, candidateChunks, limit: 12, iterativeScan }), nearestSearchable(vector, 12));
+      assert.deepEqual(await semanticSearch(rt.db.kysely, { ...scope, vector, model: 'other-model', candidateChunks, limit: 12, iterativeScan }), []);
+      // The settings the HNSW statement makes end with it.
+      const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
+      assert.notEqual(rows[0]?.iterative, 'relaxed_order');
+    });
   }
 
-  test('the vector search skips chunks of another embedding model', async () => {
-    const vector = chunks.searchable[3]!.embedding;
-    const hits = await rankedHits(rt.db.kysely, { ...scope, vector, model: 'other-model', candidateChunks: 100_000, semanticLimit: 5, iterativeScan, keyword: [], topK: 5, rrfK: RRF_K });
-    assert.deepEqual(hits, []);
-  });
+  for (const [mode, semanticLimit, keyword] of [
+    ['vector only', 12, () => []],
+    ['full text only', 0, () => searchableAt([40, 3, 59, 0, 22, 41, 17])],
+    ['hybrid', 12, () => searchableAt([5, 40, 3, 59, 0, 22, 41, 17, 8, 9])],
+  ] as const) {
+    test(`the answering statement (${mode}) fuses, picks the primaries, adds their neighbours and reads their text`, async () => {
+      const vector = chunks.searchable[5]!.embedding;
+      const semantic = nearestSearchable(vector, semanticLimit);
+      const hits = await rankedHits(rt.db.kysely, { vector, semantic, keyword: keyword(), topK: 5, rrfK: RRF_K });
+      assert.deepEqual(
+        hits.map(({ file_id, chunk_index, semantic, adjacent }) => ({ file_id, chunk_index, semantic, adjacent })),
+        expectedHits(semantic, keyword(), 5),
+      );
+      for (const hit of hits) {
+        assert.equal(hit.filename, 'searchable.txt');
+        assert.match(hit.content, new RegExp(`^Chunk ${hit.chunk_index} of the searchable file`));
+        assert.ok(Math.abs(hit.similarity - (1 - cosineDistance(vector, chunks.searchable[hit.chunk_index]!.embedding))) < 1e-5);
+      }
+    });
+  }
 
   test('the full-text index takes new chunks straight into its posting lists, leaving no pending list for searches to scan', async () => {
     const { rows } = await sql<{ options: string[] | null }>`select reloptions as options from pg_class where relname = 'kb_chunks_search_idx'`.execute(rt.db.kysely);

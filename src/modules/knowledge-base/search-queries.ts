@@ -2,10 +2,11 @@ import { sql, type RawBuilder } from 'kysely';
 import { vectorLiteral, type Db } from './store.ts';
 
 /**
- * The SQL of knowledge-base search. Every statement is limited to the ready
- * files attached to one assistant (SearchScope). The full-text side ranks
- * positions only; the statement that answers (rankedHits) reads the text of
- * the few chunks it returns, so no ranked-but-dropped row has its text read.
+ * The SQL of knowledge-base search. The statements that rank
+ * (semanticSearch, keywordSearch) are limited to the ready files attached
+ * to one assistant (SearchScope) and return positions only; the statement
+ * that answers (rankedHits) reads the text of the few chunks it returns, so
+ * no ranked-but-dropped row has its text read.
  */
 
 export interface ChunkPosition {
@@ -189,51 +190,48 @@ export interface RankedHit extends ChunkPosition {
 }
 
 /**
- * The whole answer in one statement once the query vector is known, so only
- * one round trip waits for the embedding: the nearest chunks (semanticLimit
- * of them; none in keyword mode) fused with the full-text list the caller
- * already has by reciprocal rank fusion (Cormack et al.: a chunk's score is
- * Σ 1 / (rrfK + rank) over the lists that ranked it), the `topK` best as
- * primaries (ties: better vector rank, then position), then the chunks right
- * before and after each primary that are not primaries themselves, in the
- * order of their primaries (a neighbour of two goes with the first), each
- * with its text and cosine similarity to the query.
+ * The semantic list: the `limit` chunks of the scope nearest to the query
+ * vector, nearest first (ties by position). It runs as soon as the vector is
+ * known, alongside the full-text side (nearestChunks says how it searches).
+ */
+export async function semanticSearch(
+  db: Db,
+  input: SearchScope & { vector: number[]; model: string; candidateChunks: number; limit: number; iterativeScan: boolean },
+): Promise<ChunkPosition[]> {
+  if (input.limit === 0) return [];
+  // The vector is sent once (~9 kB as text) and read by the index scan and the distance alike.
+  const { rows } = await sql<ChunkPosition>`
+    with query_vector as (select ${vectorLiteral(input.vector)}::vector as embedding)
+    select file_id, chunk_index from (${nearestChunks(input, sql`(select embedding from query_vector)`)}) nearest
+    order by distance, file_id, chunk_index`.execute(db);
+  return rows;
+}
+
+/**
+ * The answer once both lists are known: the semantic and full-text lists
+ * (each best first) fused by reciprocal rank fusion (Cormack et al.: a
+ * chunk's score is Σ 1 / (rrfK + rank) over the lists that ranked it), the
+ * `topK` best as primaries (ties: better semantic rank, then position), then
+ * the chunks right before and after each primary that are not primaries
+ * themselves, in the order of their primaries (a neighbour of two goes with
+ * the first), each with its text and cosine similarity to the query. Only
+ * these chunks have their text and embedding read.
  */
 export async function rankedHits(
   db: Db,
-  input: SearchScope & {
-    vector: number[];
-    model: string;
-    candidateChunks: number;
-    semanticLimit: number;
-    iterativeScan: boolean;
-    keyword: readonly ChunkPosition[];
-    topK: number;
-    rrfK: number;
-  },
+  input: { vector: number[]; semantic: readonly ChunkPosition[]; keyword: readonly ChunkPosition[]; topK: number; rrfK: number },
 ): Promise<RankedHit[]> {
-  // The vector is sent once (~9 kB as text) and read by the index scan and the similarity alike.
-  const query = sql`(select embedding from query_vector)`;
+  const ranked = (list: readonly ChunkPosition[]) => sql`
+    select file_id, chunk_index, rank
+    from unnest(${list.map((hit) => hit.file_id)}::uuid[], ${list.map((hit) => hit.chunk_index)}::int[]) with ordinality as l(file_id, chunk_index, rank)`;
   const { rows } = await sql<RankedHit>`
-    with query_vector as (select ${vectorLiteral(input.vector)}::vector as embedding),
-    semantic as (
-      select file_id, chunk_index, row_number() over (order by distance, file_id, chunk_index) as rank
-      from (${nearestChunks({ ...input, limit: input.semanticLimit }, query)}) nearest
-      -- Said again as a constant: the planner cannot see the limit inside (a subquery), and guessing thousands of rows
-      -- would make it read the chunks below by scanning the table instead of by their positions.
-      limit ${input.semanticLimit}
-    ),
-    keyword as (
-      select file_id, chunk_index, rank
-      from unnest(${input.keyword.map((hit) => hit.file_id)}::uuid[], ${input.keyword.map((hit) => hit.chunk_index)}::int[]) with ordinality as k(file_id, chunk_index, rank)
-    ),
-    fused as (
+    with fused as (
       select coalesce(s.file_id, k.file_id) as file_id, coalesce(s.chunk_index, k.chunk_index) as chunk_index, s.rank is not null as semantic,
         row_number() over (
           order by coalesce(1::float8 / (${input.rrfK} + s.rank), 0) + coalesce(1::float8 / (${input.rrfK} + k.rank), 0) desc,
             s.rank nulls last, coalesce(s.file_id, k.file_id), coalesce(s.chunk_index, k.chunk_index)
         ) as position
-      from semantic s full join keyword k on k.file_id = s.file_id and k.chunk_index = s.chunk_index
+      from (${ranked(input.semantic)}) s full join (${ranked(input.keyword)}) k on k.file_id = s.file_id and k.chunk_index = s.chunk_index
     ),
     primaries as (select file_id, chunk_index, semantic, position from fused where position <= ${input.topK} order by position limit ${input.topK}),
     wanted as (
@@ -247,7 +245,7 @@ export async function rankedHits(
         order by p.file_id, p.chunk_index + step.delta, p.position, step.side
       ) neighbours
     )
-    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${query}))::float8 as similarity,
+    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${vectorLiteral(input.vector)}::vector))::float8 as similarity,
       w.semantic, w.adjacent
     from wanted w
     join kb_chunks c on c.file_id = w.file_id and c.chunk_index = w.chunk_index
@@ -258,7 +256,7 @@ export async function rankedHits(
 
 /**
  * The `limit` chunks of the scope nearest to the query vector, with their
- * distances, in no particular order (rankedHits numbers them). With few
+ * distances, in no particular order (semanticSearch orders them). With few
  * candidates the distance to each is computed exactly (the materialized CTE
  * keeps the planner off the HNSW index). With many, the HNSW index answers; a
  * file filter on an approximate index can starve it (the graph walk finds the
@@ -275,7 +273,6 @@ export async function rankedHits(
  * chunks: ~7.5 ms against ~3 ms).
  */
 function nearestChunks(input: SearchScope & { candidateChunks: number; model: string; limit: number; iterativeScan: boolean }, query: RawBuilder<unknown>) {
-  if (input.limit === 0) return sql`select null::uuid as file_id, null::int as chunk_index, null::float8 as distance where false`;
   if (input.candidateChunks <= EXACT_SCAN_MAX_CHUNKS) {
     return sql`
       with candidates as materialized (
