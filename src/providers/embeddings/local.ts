@@ -9,10 +9,10 @@
  * The model runs in a worker thread (local-worker.mjs), started on the first
  * request and loaded once, on ONNX Runtime's native kernels where they load
  * (use-lite-onnx.mjs), else on TensorFlow.js. Measured here with ONNX
- * Runtime, a two-sentence query costs about 3 ms of CPU and a document's
- * sentences about 9,700 tokens a second (TensorFlow.js: about 12 ms and a
- * tenth of that); on the main thread a document's batch would stall every
- * HTTP request meanwhile.
+ * Runtime, a two-sentence query costs about 3–4 ms of CPU and a document's
+ * sentences embed at about 9,000 tokens a second (TensorFlow.js: 12–19 ms
+ * and 1,200–1,500 tokens a second); on the main thread a document's batch
+ * would stall every HTTP request meanwhile.
  */
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -35,8 +35,8 @@ export interface LocalEmbedderOptions {
   /**
    * Most characters in one model call. A call's time grows with its tokens,
    * so this bounds how long a search query waits behind a document's batch
-   * (16,000 characters is about 0.4 s here on ONNX Runtime, 4 s on
-   * TensorFlow.js).
+   * (16,000 characters, about 4,000 tokens, is about 0.45 s here on ONNX
+   * Runtime, several seconds on TensorFlow.js).
    */
   maxBatchChars?: number;
 }

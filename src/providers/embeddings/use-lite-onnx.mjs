@@ -5,13 +5,13 @@
 // Why: the packaged TensorFlow.js graph has 256 nodes, most of them shape
 // arithmetic and scatter/gather between dense and sparse layouts, each a
 // kernel dispatch, and its matrix products run on WebAssembly (128-bit SIMD,
-// one thread). The same computation as about 60 ONNX operators, run by ONNX
+// one thread). The same computation as 71 ONNX operators, run by ONNX
 // Runtime's MLAS kernels (the processor's AVX2/AVX-512 units), embeds a
-// two-sentence search query in about 3 ms instead of 12, and a document's
-// sentences about ten times faster. The graph is built in memory from the
-// package's weights when the worker starts (nothing is downloaded or written
-// to disk), and local-worker.mjs uses it only after it gave the TensorFlow.js
-// graph's vectors on a few texts.
+// two-sentence search query in about 3–4 ms instead of 12–19, and a
+// document's sentences about six times faster. The graph is built in memory
+// from the package's weights when the worker starts (nothing is downloaded
+// or written to disk), and local-worker.mjs uses it only after it gave the
+// TensorFlow.js graph's vectors on a few texts.
 //
 // The model (read off the TensorFlow graph): tokens → embeddings (256) ×2 +
 // sinusoidal timing signal → transformer layer 0 (256 → 512; 4 heads of 64;
