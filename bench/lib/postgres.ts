@@ -63,11 +63,20 @@ export async function createScratchDatabase(adminUrl: string, prefix = 'hark_ben
   };
 }
 
+/** A server setting as SHOW prints it (e.g. shared_buffers "128MB"). */
+export function serverSetting(adminUrl: string, name: string): Promise<string> {
+  return withAdminClient(adminUrl, async (client) => (await client.query<{ setting: string }>('select current_setting($1) as setting', [name])).rows[0]!.setting);
+}
+
 async function adminQuery(adminUrl: string, statement: string): Promise<void> {
+  await withAdminClient(adminUrl, (client) => client.query(statement));
+}
+
+async function withAdminClient<T>(adminUrl: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
   await client.connect();
   try {
-    await client.query(statement);
+    return await use(client);
   } finally {
     await client.end();
   }

@@ -185,10 +185,19 @@ export class KnowledgeBaseSearch {
     return this.frequencies.value;
   }
 
-  /** Read once: pgvector is upgraded and the index rebuilt only while no search runs (migrations run at start-up). */
+  /**
+   * Read once: pgvector is upgraded and the index rebuilt only while no search runs (migrations run at start-up).
+   * A failed read is not kept: the next search asks again.
+   */
   private hnswSupport(): Promise<HnswSupport> {
-    const db = this.ctx.db.kysely;
-    this.hnsw ??= Promise.all([pgvectorVersion(db), vectorIndex(db)]).then(([version, index]) => ({ iterativeScan: compareVersions(version, '0.8.0') >= 0, index }));
+    if (!this.hnsw) {
+      const db = this.ctx.db.kysely;
+      const read = Promise.all([pgvectorVersion(db), vectorIndex(db)]).then(([version, index]) => ({ iterativeScan: compareVersions(version, '0.8.0') >= 0, index }));
+      read.catch(() => {
+        if (this.hnsw === read) this.hnsw = undefined;
+      });
+      this.hnsw = read;
+    }
     return this.hnsw;
   }
 }
