@@ -415,7 +415,7 @@ function latencyTable(rows: LatencyRow[], postgresCache: string | undefined, ski
       `The target applies on PostgreSQL with ${TARGET_LATENCY.chunks / 1000}k chunks, hybrid mode, query embedding included.`,
       ...(postgresCache
         ? [
-            `PostgreSQL: the machine's server as configured, shared_buffers ${postgresCache}; at 100k chunks the HNSW index (half precision), the full-text index and the chunk table take about 0.36 GB, so with a smaller cache part of every search reads pages from the operating system's cache.`,
+            `PostgreSQL: the machine's server as configured, shared_buffers ${postgresCache}; at 100k chunks the HNSW index, the full-text index and the chunk table take about 0.5 GB, so with a smaller cache part of every search reads pages from the operating system's cache.`,
           ]
         : []),
       'recall@6 at 100k also depends on the HNSW graph, which pgvector builds with random levels: on one 100k workspace, four builds of the same index gave semantic recall@6 0.265 to 0.397 over these 612 queries.',

@@ -7,7 +7,7 @@ import { bearer, call, createKey, createWorkspace, signUp, uniqueEmail } from '.
 import { compareVersions } from '../../platform/db/database.ts';
 import { EMBEDDING_DIMENSIONS } from '../../providers/embeddings/index.ts';
 import { RRF_K } from './search.ts';
-import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, semanticSearch, semanticSearchStatement, vectorIndex, type ChunkPosition, type SearchScope, type VectorIndex } from './search-queries.ts';
+import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, semanticSearch, semanticSearchStatement, type ChunkPosition, type SearchScope } from './search-queries.ts';
 import { insertChunks } from './store.ts';
 
 /**
@@ -33,7 +33,6 @@ describe('knowledge-base search statements', () => {
   let rt: TestRuntime;
   let scope: SearchScope;
   let iterativeScan: boolean;
-  let pgvector: string;
   /** Every inserted chunk by file label: attached+ready (searchable), ready but not attached, attached but still processing. */
   const chunks: Record<'searchable' | 'unattached' | 'processing', Array<{ fileId: string; chunkIndex: number; embedding: number[] }>> = {
     searchable: [],
@@ -48,8 +47,7 @@ describe('knowledge-base search statements', () => {
     const key = await createKey(rt, owner, ws);
     const assistantId = (await call(rt, { method: 'POST', url: '/api/assistants', headers: bearer(key.fullKey), payload: { name: 'SQL' } })).json().assistant.id;
     scope = { assistantId };
-    pgvector = await pgvectorVersion(rt.db.kysely);
-    iterativeScan = compareVersions(pgvector, '0.8.0') >= 0;
+    iterativeScan = compareVersions(await pgvectorVersion(rt.db.kysely), '0.8.0') >= 0;
 
     for (const [label, status, attached] of [
       ['searchable', 'ready', true],
@@ -126,46 +124,27 @@ describe('knowledge-base search statements', () => {
 
   const searchableAt = (indexes: number[]) => indexes.map((i) => ({ file_id: chunks.searchable[i]!.fileId, chunk_index: i }));
 
-  test('the vector index holds half-precision vectors where pgvector has them (0.7 on)', async () => {
-    assert.equal(await vectorIndex(rt.db.kysely), compareVersions(pgvector, '0.7.0') >= 0 ? 'halfvec' : 'vector');
-  });
-
-  /** The HNSW index as migration 0017 leaves it on a pgvector of that index's kind. */
-  async function rebuildVectorIndex(index: VectorIndex): Promise<void> {
-    const expression = index === 'halfvec' ? sql`(embedding::halfvec(512)) halfvec_cosine_ops` : sql`embedding vector_cosine_ops`;
-    await sql`drop index kb_chunks_embedding_idx`.execute(rt.db.kysely);
-    await sql`create index kb_chunks_embedding_idx on kb_chunks using hnsw (${expression})`.execute(rt.db.kysely);
-  }
-
-  for (const [path, candidateChunks, index] of [
-    ['exact scan', CHUNKS_PER_FILE, 'vector'],
-    ['HNSW index, full precision', 100_000, 'vector'],
-    ['HNSW index, half precision', 100_000, 'halfvec'],
+  for (const [path, candidateChunks] of [
+    ['exact scan', CHUNKS_PER_FILE],
+    ['HNSW index', 100_000],
   ] as const) {
-    test(`the semantic list (${path}) is the scope's nearest chunks of the model, nearest first`, async (t) => {
-      if (index === 'halfvec' && compareVersions(pgvector, '0.7.0') < 0) return t.diagnostic('pgvector < 0.7 has no halfvec');
-      const before = await vectorIndex(rt.db.kysely);
-      if (candidateChunks > CHUNKS_PER_FILE) await rebuildVectorIndex(index);
-      try {
-        const vector = chunks.searchable[5]!.embedding;
-        const input = { ...scope, iterativeScan, index, vector, model: MODEL, candidateChunks, limit: 12 };
-        assert.deepEqual(await semanticSearch(rt.db.kysely, input), nearestSearchable(vector, 12));
-        assert.deepEqual(await semanticSearch(rt.db.kysely, { ...input, model: 'other-model' }), []);
-        // The statement orders by the index's own expression, so the index can answer it: the table holds too few rows
-        // for the planner to choose the index by cost alone, so sorting is made prohibitive while it plans, which
-        // leaves the index as the only cheap way to the order asked for.
-        const plan = await rt.db.transaction(async (trx) => {
-          await sql`set local enable_sort = off`.execute(trx);
-          return (await sql<{ 'QUERY PLAN': string }>`explain ${semanticSearchStatement(input)}`.execute(trx)).rows.map((row) => row['QUERY PLAN']).join('\n');
-        });
-        if (candidateChunks > CHUNKS_PER_FILE) assert.match(plan, /Index Scan using kb_chunks_embedding_idx/);
-        else assert.doesNotMatch(plan, /kb_chunks_embedding_idx/);
-        // The settings the HNSW statement makes end with it.
-        const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
-        assert.notEqual(rows[0]?.iterative, 'relaxed_order');
-      } finally {
-        if (candidateChunks > CHUNKS_PER_FILE) await rebuildVectorIndex(before);
-      }
+    test(`the semantic list (${path}) is the scope's nearest chunks of the model, nearest first`, async () => {
+      const vector = chunks.searchable[5]!.embedding;
+      const input = { ...scope, iterativeScan, vector, model: MODEL, candidateChunks, limit: 12 };
+      assert.deepEqual(await semanticSearch(rt.db.kysely, input), nearestSearchable(vector, 12));
+      assert.deepEqual(await semanticSearch(rt.db.kysely, { ...input, model: 'other-model' }), []);
+      // Above EXACT_SCAN_MAX_CHUNKS the statement orders by the index's own expression, so the index can answer it: the
+      // table holds too few rows for the planner to choose the index by cost alone, so sorting is made prohibitive
+      // while it plans, which leaves the index as the only cheap way to the order asked for.
+      const plan = await rt.db.transaction(async (trx) => {
+        await sql`set local enable_sort = off`.execute(trx);
+        return (await sql<{ 'QUERY PLAN': string }>`explain ${semanticSearchStatement(input)}`.execute(trx)).rows.map((row) => row['QUERY PLAN']).join('\n');
+      });
+      if (candidateChunks > CHUNKS_PER_FILE) assert.match(plan, /Index Scan using kb_chunks_embedding_idx/);
+      else assert.doesNotMatch(plan, /kb_chunks_embedding_idx/);
+      // The settings the HNSW statement makes end with it.
+      const { rows } = await sql<{ iterative: string | null }>`select current_setting('hnsw.iterative_scan', true) as iterative`.execute(rt.db.kysely);
+      assert.notEqual(rows[0]?.iterative, 'relaxed_order');
     });
   }
 

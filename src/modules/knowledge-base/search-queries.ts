@@ -172,26 +172,6 @@ export async function pgvectorVersion(db: Db): Promise<string> {
 }
 
 /**
- * What the HNSW index holds (migration 0017): half-precision copies of the
- * embeddings (pgvector ≥ 0.7) or the embeddings themselves. The semantic
- * search must order by the index's own expression, or PostgreSQL cannot use
- * it and compares the query with every chunk.
- */
-export type VectorIndex = 'halfvec' | 'vector';
-
-export async function vectorIndex(db: Db): Promise<VectorIndex> {
-  const { rows } = await sql<{ indexdef: string }>`
-    select indexdef from pg_indexes where schemaname = current_schema() and indexname = 'kb_chunks_embedding_idx'`.execute(db);
-  return rows[0]?.indexdef.includes('halfvec') ? 'halfvec' : 'vector';
-}
-
-/** The settings of the HNSW walk that depend on the database: pgvectorVersion and vectorIndex. */
-export interface HnswSupport {
-  iterativeScan: boolean;
-  index: VectorIndex;
-}
-
-/**
  * ANALYZE kb_chunks when it holds over 10% more rows than its statistics
  * describe, or was never analysed: keyword search reads the lexeme statistics,
  * and PGlite has no autovacuum to refresh them (PostgreSQL's would, later).
@@ -227,7 +207,7 @@ export async function semanticSearch(db: Db, input: SemanticSearchInput): Promis
   return rows;
 }
 
-type SemanticSearchInput = SearchScope & HnswSupport & { vector: number[]; model: string; candidateChunks: number; limit: number };
+type SemanticSearchInput = SearchScope & { vector: number[]; model: string; candidateChunks: number; limit: number; iterativeScan: boolean };
 
 /** semanticSearch's statement (its tests read its plan); limit > 0. */
 export function semanticSearchStatement(input: SemanticSearchInput): RawBuilder<ChunkPosition> {
@@ -294,8 +274,7 @@ export async function rankedHits(
  * nearest chunks of *other* files and stops), so pgvector ≥ 0.8 is told to
  * keep scanning until enough rows pass the filter (iterative_scan), and the
  * candidate list (ef_search) is widened to the limit; relaxed_order may
- * return them slightly out of order. The index orders by its own precision
- * (vectorIndex); the distance returned is the full-precision one.
+ * return them slightly out of order.
  *
  * The LIMIT clause's subquery makes those two settings: PostgreSQL evaluates
  * a LIMIT before it pulls the first row from the index scan, and
@@ -324,6 +303,6 @@ function nearestChunks(input: SemanticSearchInput, query: RawBuilder<unknown>) {
     select c.file_id, c.chunk_index, (c.embedding <=> ${query})::float8 as distance
     from kb_chunks c
     where c.file_id in (${searchableFileIds(input)}) and c.embedding_model = ${input.model}
-    order by ${input.index === 'halfvec' ? sql`c.embedding::halfvec(512) <=> ${query}::halfvec(512)` : sql`c.embedding <=> ${query}`}
+    order by c.embedding <=> ${query}
     limit (select ${input.limit}::int where ${settings})`;
 }

@@ -13,9 +13,7 @@ import {
   rankedHits,
   searchScopeSummary,
   semanticSearch,
-  vectorIndex,
   type ChunkPosition,
-  type HnswSupport,
   type LexemeFrequencies,
   type SearchScope,
 } from './search-queries.ts';
@@ -78,7 +76,7 @@ export interface SearchInput {
 const key = (hit: ChunkPosition) => `${hit.file_id}:${hit.chunk_index}`;
 
 export class KnowledgeBaseSearch {
-  private hnsw?: Promise<HnswSupport>;
+  private iterativeScan?: Promise<boolean>;
   private frequencies?: { readAt: number; value: Promise<LexemeFrequencies> };
 
   constructor(
@@ -126,8 +124,8 @@ export class KnowledgeBaseSearch {
     // the vector is known, while the full-text side still runs.
     const keywordSide = summary.then(({ chunks, lexemes }) => (mode === 'semantic' || chunks === 0 ? [] : this.keywordSearch(scope, chunks, lexemes, candidates)));
     keywordSide.catch(() => {});
-    const semanticSide = Promise.all([queryVector, summary, this.hnswSupport()]).then(([vector, { chunks }, hnsw]) =>
-      mode === 'keyword' || chunks === 0 ? [] : semanticSearch(db, { ...scope, ...hnsw, vector, model: embedder.model, candidateChunks: chunks, limit: candidates }),
+    const semanticSide = Promise.all([queryVector, summary, this.supportsIterativeScan()]).then(([vector, { chunks }, iterativeScan]) =>
+      mode === 'keyword' || chunks === 0 ? [] : semanticSearch(db, { ...scope, vector, model: embedder.model, candidateChunks: chunks, limit: candidates, iterativeScan }),
     );
     semanticSide.catch(() => {});
 
@@ -185,19 +183,15 @@ export class KnowledgeBaseSearch {
     return this.frequencies.value;
   }
 
-  /**
-   * Read once: pgvector is upgraded and the index rebuilt only while no search runs (migrations run at start-up).
-   * A failed read is not kept: the next search asks again.
-   */
-  private hnswSupport(): Promise<HnswSupport> {
-    if (!this.hnsw) {
-      const db = this.ctx.db.kysely;
-      const read = Promise.all([pgvectorVersion(db), vectorIndex(db)]).then(([version, index]) => ({ iterativeScan: compareVersions(version, '0.8.0') >= 0, index }));
+  /** pgvector ≥ 0.8 (iterative index scans), read once; a failed read is not kept: the next search asks again. */
+  private supportsIterativeScan(): Promise<boolean> {
+    if (!this.iterativeScan) {
+      const read = pgvectorVersion(this.ctx.db.kysely).then((version) => compareVersions(version, '0.8.0') >= 0);
       read.catch(() => {
-        if (this.hnsw === read) this.hnsw = undefined;
+        if (this.iterativeScan === read) this.iterativeScan = undefined;
       });
-      this.hnsw = read;
+      this.iterativeScan = read;
     }
-    return this.hnsw;
+    return this.iterativeScan;
   }
 }
