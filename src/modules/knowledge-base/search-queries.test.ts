@@ -8,7 +8,7 @@ import { compareVersions } from '../../platform/db/database.ts';
 import { EMBEDDING_DIMENSIONS } from '../../providers/embeddings/index.ts';
 import { RRF_K } from './search.ts';
 import { keywordSearch, pgvectorVersion, rankedHits, searchScopeSummary, semanticSearch, semanticSearchStatement, type ChunkPosition, type SearchScope } from './search-queries.ts';
-import { insertChunks } from './store.ts';
+import { insertChunks, vectorLiteral } from './store.ts';
 
 /**
  * The search statements on the real database, with files and chunks written
@@ -130,7 +130,7 @@ describe('knowledge-base search statements', () => {
   ] as const) {
     test(`the semantic list (${path}) is the scope's nearest chunks of the model, nearest first`, async () => {
       const vector = chunks.searchable[5]!.embedding;
-      const input = { ...scope, iterativeScan, vector, model: MODEL, candidateChunks, limit: 12 };
+      const input = { ...scope, iterativeScan, vector: vectorLiteral(vector), model: MODEL, candidateChunks, limit: 12 };
       assert.deepEqual(await semanticSearch(rt.db.kysely, input), nearestSearchable(vector, 12));
       assert.deepEqual(await semanticSearch(rt.db.kysely, { ...input, model: 'other-model' }), []);
       // Above EXACT_SCAN_MAX_CHUNKS the statement orders by the index's own expression, so the index can answer it: the
@@ -156,7 +156,7 @@ describe('knowledge-base search statements', () => {
     test(`the answering statement (${mode}) fuses, picks the primaries, adds their neighbours and reads their text`, async () => {
       const vector = chunks.searchable[5]!.embedding;
       const semantic = nearestSearchable(vector, semanticLimit);
-      const hits = await rankedHits(rt.db.kysely, { vector, semantic, keyword: keyword(), topK: 5, rrfK: RRF_K });
+      const hits = await rankedHits(rt.db.kysely, { vector: vectorLiteral(vector), semantic, keyword: keyword(), topK: 5, rrfK: RRF_K });
       assert.deepEqual(
         hits.map(({ file_id, chunk_index, semantic, adjacent }) => ({ file_id, chunk_index, semantic, adjacent })),
         expectedHits(semantic, keyword(), 5),

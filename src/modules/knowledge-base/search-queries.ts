@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { vectorLiteral, type Db } from './store.ts';
+import type { Db } from './store.ts';
 
 /**
  * The SQL of knowledge-base search. The statements that rank
@@ -207,13 +207,14 @@ export async function semanticSearch(db: Db, input: SemanticSearchInput): Promis
   return rows;
 }
 
-type SemanticSearchInput = SearchScope & { vector: number[]; model: string; candidateChunks: number; limit: number; iterativeScan: boolean };
+/** The query vector as a pgvector literal (store.ts vectorLiteral), built once per search for both statements that read it. */
+type SemanticSearchInput = SearchScope & { vector: string; model: string; candidateChunks: number; limit: number; iterativeScan: boolean };
 
 /** semanticSearch's statement (its tests read its plan); limit > 0. */
 export function semanticSearchStatement(input: SemanticSearchInput): RawBuilder<ChunkPosition> {
   // The vector is sent once (~9 kB as text) and read by the index scan and the distance alike.
   return sql<ChunkPosition>`
-    with query_vector as (select ${vectorLiteral(input.vector)}::vector as embedding)
+    with query_vector as (select ${input.vector}::vector as embedding)
     select file_id, chunk_index from (${nearestChunks(input, sql`(select embedding from query_vector)`)}) nearest
     order by distance, file_id, chunk_index`;
 }
@@ -230,7 +231,7 @@ export function semanticSearchStatement(input: SemanticSearchInput): RawBuilder<
  */
 export async function rankedHits(
   db: Db,
-  input: { vector: number[]; semantic: readonly ChunkPosition[]; keyword: readonly ChunkPosition[]; topK: number; rrfK: number },
+  input: { vector: string; semantic: readonly ChunkPosition[]; keyword: readonly ChunkPosition[]; topK: number; rrfK: number },
 ): Promise<RankedHit[]> {
   const ranked = (list: readonly ChunkPosition[]) => sql`
     select file_id, chunk_index, rank
@@ -256,7 +257,7 @@ export async function rankedHits(
         order by p.file_id, p.chunk_index + step.delta, p.position, step.side
       ) neighbours
     )
-    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${vectorLiteral(input.vector)}::vector))::float8 as similarity,
+    select c.file_id, f.filename, c.chunk_index, c.page_number, c.content, (1 - (c.embedding <=> ${input.vector}::vector))::float8 as similarity,
       w.semantic, w.adjacent
     from wanted w
     join kb_chunks c on c.file_id = w.file_id and c.chunk_index = w.chunk_index

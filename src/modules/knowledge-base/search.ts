@@ -17,6 +17,7 @@ import {
   type LexemeFrequencies,
   type SearchScope,
 } from './search-queries.ts';
+import { vectorLiteral } from './store.ts';
 
 export const SEARCH_MODES = ['hybrid', 'semantic', 'keyword'] as const;
 export type SearchMode = (typeof SEARCH_MODES)[number];
@@ -101,9 +102,10 @@ export class KnowledgeBaseSearch {
     // Every mode needs the query's vector (hits carry their similarity), so it is computed from the start, while the
     // assistant and its files are looked up and the full-text side runs (about 5 ms with the local model).
     // A request refused meanwhile leaves it unused.
+    // As a pgvector literal, built once for the two statements that read it.
     const queryVector = embedder.embedQuery(input.query).then((vector) => {
       embeddingMs = performance.now() - startedAt;
-      return vector;
+      return vectorLiteral(vector);
     });
     queryVector.catch(() => {});
 
