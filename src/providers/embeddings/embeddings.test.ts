@@ -12,6 +12,8 @@ import { contentWords, MAX_SENTENCE_CHARS, sentencesOf } from './sentences.ts';
 
 const dot = (a: number[], b: number[]) => a.reduce((sum, x, i) => sum + x * b[i]!, 0);
 const norm = (v: number[]) => Math.sqrt(dot(v, v));
+/** Every component of `a` within `tolerance` of `b`'s. */
+const closeTo = (a: readonly number[], b: readonly number[], tolerance: number) => a.length === b.length && a.every((value, i) => Math.abs(value - b[i]!) < tolerance);
 
 function assertUnitVectors(vectors: number[][], count: number): void {
   assert.equal(vectors.length, count);
@@ -74,13 +76,13 @@ describe('local embedder (Universal Sentence Encoder lite in a worker)', () => {
       ];
       const [native, reference] = await Promise.all([embedder.embed(texts), tfjs.embed(texts)]);
       assert.equal(tfjs.runtime, 'tfjs');
-      native.forEach((vector, i) => assert.ok(vector.every((value, j) => Math.abs(value - reference[i]![j]!) < 1e-5), `text ${i}`));
+      native.forEach((vector, i) => assert.ok(closeTo(vector, reference[i]!, 1e-5), `text ${i}`));
       const query = 'Quick question: how many days does the reseller have to refund KV-7?';
       const [nativeQuery, referenceQuery] = await Promise.all([embedder.embedQuery(query), tfjs.embedQuery(query)]);
-      assert.ok(nativeQuery.every((value, j) => Math.abs(value - referenceQuery[j]!) < 1e-5));
+      assert.ok(closeTo(nativeQuery, referenceQuery, 1e-5));
       // Alone, an empty text is a run without tokens, which ONNX Runtime cannot take (TensorFlow.js fails on it too).
       const [emptyAlone] = await embedder.embed(['']);
-      assert.ok(emptyAlone!.every((value, j) => Math.abs(value - native.at(-1)![j]!) < 1e-6), 'an empty text alone gets its vector from a batch');
+      assert.ok(closeTo(emptyAlone!, native.at(-1)!, 1e-6), 'an empty text alone gets its vector from a batch');
     } finally {
       await tfjs.close();
     }
