@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import { PREPARED } from '../../platform/db/database.ts';
 import type { Db } from './store.ts';
 
 /**
@@ -6,7 +7,9 @@ import type { Db } from './store.ts';
  * (semanticSearch, keywordSearch) are limited to the ready files attached
  * to one assistant (SearchScope) and return positions only; the statement
  * that answers (rankedHits) reads the text of the few chunks it returns, so
- * no ranked-but-dropped row has its text read.
+ * no ranked-but-dropped row has its text read. The four statements of
+ * every search are PREPARED (their texts come in a few shapes, values as
+ * parameters), so PostgreSQL does not plan them anew each time.
  */
 
 export interface ChunkPosition {
@@ -63,7 +66,7 @@ function searchableFileIds(scope: SearchScope) {
  * (stemmed, stop words removed) as full-text search sees them.
  */
 export async function searchScopeSummary(db: Db, scope: SearchScope, text: string): Promise<{ attached: number; ready: number; chunks: number; lexemes: string[] }> {
-  const { rows } = await sql<{ attached: number; ready: number; chunks: number; lexemes: string[] }>`
+  const { rows } = await sql<{ attached: number; ready: number; chunks: number; lexemes: string[] }>`${PREPARED}
     select count(*)::int as attached,
       (count(*) filter (where f.status = 'ready'))::int as ready,
       (coalesce(sum(f.chunk_count) filter (where f.status = 'ready'), 0))::int as chunks,
@@ -152,7 +155,7 @@ function anyOf(lexemes: readonly string[]): string {
  */
 export async function keywordSearch(db: Db, input: SearchScope & { match: readonly string[]; rank: readonly string[]; limit: number }): Promise<ChunkPosition[]> {
   if (input.match.length === 0) return [];
-  const { rows } = await sql<ChunkPosition>`
+  const { rows } = await sql<ChunkPosition>`${PREPARED}
     with searchable as materialized (${searchableFileIds(input)})
     select file_id, chunk_index from (
       select c.file_id, c.chunk_index, ts_rank(c.search_vector, ${anyOf(input.rank)}::tsquery) as rank
@@ -213,7 +216,7 @@ type SemanticSearchInput = SearchScope & { vector: string; model: string; candid
 /** semanticSearch's statement (its tests read its plan); limit > 0. */
 export function semanticSearchStatement(input: SemanticSearchInput): RawBuilder<ChunkPosition> {
   // The vector is sent once (~9 kB as text) and read by the index scan and the distance alike.
-  return sql<ChunkPosition>`
+  return sql<ChunkPosition>`${PREPARED}
     with query_vector as (select ${input.vector}::vector as embedding)
     select file_id, chunk_index from (${nearestChunks(input, sql`(select embedding from query_vector)`)}) nearest
     order by distance, file_id, chunk_index`;
@@ -236,7 +239,7 @@ export async function rankedHits(
   const ranked = (list: readonly ChunkPosition[]) => sql`
     select file_id, chunk_index, rank
     from unnest(${list.map((hit) => hit.file_id)}::uuid[], ${list.map((hit) => hit.chunk_index)}::int[]) with ordinality as l(file_id, chunk_index, rank)`;
-  const { rows } = await sql<RankedHit>`
+  const { rows } = await sql<RankedHit>`${PREPARED}
     with fused as (
       select coalesce(s.file_id, k.file_id) as file_id, coalesce(s.chunk_index, k.chunk_index) as chunk_index, s.rank is not null as semantic,
         row_number() over (

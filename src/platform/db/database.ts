@@ -1,7 +1,8 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { Kysely, PostgresDialect, type PostgresPool, type Transaction } from 'kysely';
+import { Kysely, PostgresDialect, sql, type PostgresPool, type PostgresPoolClient, type Transaction } from 'kysely';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import { PGlitePool } from './pglite-pool.ts';
@@ -64,7 +65,7 @@ async function openPostgres(url: string): Promise<Database> {
     if (error instanceof DatabaseSetupError) throw error;
     throw new DatabaseSetupError(`cannot connect to PostgreSQL at ${redact(url)}: ${(error as Error).message}`);
   }
-  const kysely = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  const kysely = new Kysely<Tables>({ dialect: new PostgresDialect({ pool: preparingPool(pool) }) });
   return {
     kind: 'postgres',
     pool: pool as unknown as Pool,
@@ -72,6 +73,46 @@ async function openPostgres(url: string): Promise<Database> {
     connectionString: url,
     transaction: (fn) => kysely.transaction().execute(fn),
     close: () => kysely.destroy(),
+  };
+}
+
+const PREPARED_MARK = '/* prepared */ ';
+
+/**
+ * Put first in a statement (sql`${PREPARED}select …`) that runs often with
+ * the same text: on PostgreSQL it becomes a named prepared statement on each
+ * pooled connection, parsed once there, and after five executions PostgreSQL
+ * may keep one generic plan instead of planning every time (kb bench, 100k
+ * chunks: the four search statements spent ~1.7 ms a search planning; hybrid
+ * p50 1–2 ms lower with them prepared). Only for statements whose text comes
+ * from a fixed set of shapes (values as parameters): each distinct text
+ * stays prepared on every connection for the connection's life. On PGlite
+ * it is a comment.
+ */
+export const PREPARED = sql.raw(PREPARED_MARK);
+
+/**
+ * The pool Kysely sees on PostgreSQL: the same connections, with statements
+ * marked PREPARED sent as named prepared statements (the name from the
+ * text, so one name never means two texts). Each checkout gets its own
+ * wrapper: pg's own pool.query users share these clients and must find
+ * them unchanged.
+ */
+function preparingPool(pool: pg.Pool): PostgresPool {
+  const names = new Map<string, string>();
+  const nameOf = (text: string) => {
+    let name = names.get(text);
+    if (!name) names.set(text, (name = `hark_${crypto.createHash('sha256').update(text).digest('hex').slice(0, 32)}`));
+    return name;
+  };
+  return {
+    connect: async () => {
+      const client = await pool.connect();
+      const query = (text: string, values: readonly unknown[]) =>
+        text.startsWith(PREPARED_MARK) ? client.query({ name: nameOf(text), text, values: [...values] }) : client.query(text, [...values]);
+      return { query, release: () => client.release() } as unknown as PostgresPoolClient;
+    },
+    end: () => pool.end(),
   };
 }
 

@@ -6,7 +6,7 @@ import pino from 'pino';
 import { sql } from 'kysely';
 import { scratchDatabase, tempDir, testConfig } from '../../../test/helpers.ts';
 import { startRuntime } from '../../runtime.ts';
-import { compareVersions, DatabaseSetupError, openDatabase, redact, type Database, type DatabaseTarget } from './database.ts';
+import { compareVersions, DatabaseSetupError, openDatabase, PREPARED, redact, type Database, type DatabaseTarget } from './database.ts';
 import { migrate, MigrationError, migrationsApplied, readMigrations, type Migration } from './migrate.ts';
 
 // Everything here runs on the engine the suite runs on: in-memory (or on-disk)
@@ -264,6 +264,27 @@ describe('migrations and transactions on a scratch database', () => {
     assert.equal(result, 'kept');
     const afterCommit = await sql<{ id: number }>`select id from tx_probe`.execute(db.kysely);
     assert.deepEqual(afterCommit.rows, [{ id: 2 }]);
+  });
+
+  test('a PREPARED statement binds its parameters on every run; on PostgreSQL it is prepared once per connection', TIMEOUT, async () => {
+    const runs = [1, 2, 3, 4, 5, 6, 7, 8];
+    const prepared = await db.kysely.connection().execute(async (connection) => {
+      // Past the fifth run PostgreSQL may switch to a generic plan: the answers must still follow the parameters.
+      for (const n of runs) {
+        const { rows } = await sql<{ n: number; doubled: number }>`${PREPARED}select ${n}::int as n, ${n}::int * 2 as doubled`.execute(connection);
+        assert.deepEqual(rows, [{ n, doubled: n * 2 }]);
+      }
+      await sql`select 'unmarked'::text as plain`.execute(connection);
+      if (!onPostgres) return undefined;
+      const { rows } = await sql<{ statement: string }>`select statement from pg_prepared_statements where from_sql = false`.execute(connection);
+      return rows.map((row) => row.statement);
+    });
+    if (onPostgres) {
+      assert.equal(prepared?.filter((statement) => statement.includes('as doubled')).length, 1, 'one prepared statement for the eight runs');
+      assert.equal(prepared?.some((statement) => statement.includes("'unmarked'")), false, 'unmarked statements are not kept');
+    }
+    // The pool's own users (migrations, pg-boss) share these connections and must find them unchanged.
+    assert.deepEqual((await db.pool.query<{ one: number }>('select 1 as one')).rows, [{ one: 1 }]);
   });
 
   if (!onPostgres) {
