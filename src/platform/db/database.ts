@@ -99,12 +99,7 @@ export const PREPARED = sql.raw(PREPARED_MARK);
  * them unchanged.
  */
 function preparingPool(pool: pg.Pool): PostgresPool {
-  const names = new Map<string, string>();
-  const nameOf = (text: string) => {
-    let name = names.get(text);
-    if (!name) names.set(text, (name = `hark_${crypto.createHash('sha256').update(text).digest('hex').slice(0, 32)}`));
-    return name;
-  };
+  const nameOf = (text: string) => `hark_${crypto.createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
   return {
     connect: async () => {
       const client = await pool.connect();

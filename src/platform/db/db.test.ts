@@ -283,7 +283,7 @@ describe('migrations and transactions on a scratch database', () => {
       assert.equal(prepared?.filter((statement) => statement.includes('as doubled')).length, 1, 'one prepared statement for the eight runs');
       assert.equal(prepared?.some((statement) => statement.includes("'unmarked'")), false, 'unmarked statements are not kept');
     }
-    // The pool's own users (migrations, pg-boss) share these connections and must find them unchanged.
+    // The pool's own users (migrations, the readiness check) share these connections and must find them unchanged.
     assert.deepEqual((await db.pool.query<{ one: number }>('select 1 as one')).rows, [{ one: 1 }]);
   });
 
